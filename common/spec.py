@@ -1,0 +1,242 @@
+"""The DS2 Rosetta specification, as code.
+
+Every notebook builds its model from a :class:`DS2Config` and never types a width,
+kernel or hyper-parameter itself.  The numbers below are the benchmark; the README
+explains them in prose.
+
+The model ("DS2-DeepMark", canonical form), for input ``x`` of shape (N, T, 161):
+
+====  ==========  =====================================================================
+ #    layer       definition
+====  ==========  =====================================================================
+ 1    conv1       Conv2D 1->32 over (freq, time), kernel (5, 20), stride (2, 2),
+                  padding (0, 9), no bias -> BatchNorm2d -> clipped ReLU
+ 2    conv2       Conv2D 32->32, kernel (5, 10), stride (1, 2), padding (0, 4), no bias
+                  -> BatchNorm2d -> clipped ReLU
+ 3    to sequence flatten channel-major (feature = c * 75 + f) -> (T/4, N, 2400)
+ 4-10 bd x 7      sequence-wise BatchNorm of the input -> bidirectional ReLU RNN (hidden
+                  1760, one bias per direction) -> min(h_fwd + h_bwd, 20)
+ 11   fc          sequence-wise BatchNorm -> Linear 1760->1760 -> clipped ReLU
+ 12   out         Linear 1760->29 -> logits (softmax lives inside the CTC loss)
+====  ==========  =====================================================================
+
+Loss: CTC with blank 0, summed over the batch and divided by the batch size.
+Optimizer: SGD, classical momentum 0.9 (v = 0.9 v + g; p -= lr v), lr 1e-4.
+
+This module is framework-free and runs on Python 3.6 (CNTK's interpreter) as well as 3.11+.
+"""
+from dataclasses import asdict, dataclass, field, replace
+from typing import Dict, Tuple
+
+# DeepMark's utterance-length table (issue #1 of the DeepMark benchmark, by Baidu).
+UTTERANCE_SECONDS = tuple(range(1, 16))
+#: share of utterances of each length, in percent (sums to 100)
+LENGTH_SHARE_PERCENT = (3, 10, 11, 13, 14, 13, 9, 8, 5, 4, 3, 2, 2, 2, 1)
+#: label (transcript) length for each utterance length
+LABEL_LENGTHS = (7, 17, 35, 48, 62, 78, 93, 107, 120, 134, 148, 163, 178, 193, 209)
+#: spectrogram frames per second of audio (10 ms hop)
+FRAMES_PER_SECOND = 100
+#: DeepMark's scale: utterances per percent point of the length table in one full epoch
+DEEPMARK_SCALE = 1280
+
+PRECISIONS = ("fp32", "tf32", "bf16")
+
+
+@dataclass(frozen=True)
+class DS2Config:
+    """Every number of the DS2 model, its loss and its optimizer.
+
+    Frameworks differ in conventions (BatchNorm momentum, padding, RNN layouts); the
+    values here are in the spec's convention and each notebook translates them.
+    """
+
+    # input
+    n_freq: int = 161                   # spectrogram bins (frequency axis)
+    # convolutions, axes (frequency, time)
+    conv_channels: int = 32
+    conv1_kernel: Tuple[int, int] = (5, 20)
+    conv1_stride: Tuple[int, int] = (2, 2)
+    conv1_padding: Tuple[int, int] = (0, 9)   # symmetric: none in frequency, 9 per side in time
+    conv2_kernel: Tuple[int, int] = (5, 10)
+    conv2_stride: Tuple[int, int] = (1, 2)
+    conv2_padding: Tuple[int, int] = (0, 4)
+    # recurrent stack
+    rnn_layers: int = 7
+    rnn_hidden: int = 1760
+    # fully connected layer and output
+    fc_hidden: int = 1760
+    n_classes: int = 29                 # blank + 28 symbols
+    blank: int = 0                      # CTC blank index
+    clip: float = 20.0                  # clipped ReLU: min(max(x, 0), clip)
+    # BatchNorm: running = (1 - momentum) * running + momentum * batch  (PyTorch convention)
+    bn_eps: float = 1e-5
+    bn_momentum: float = 0.1
+    # optimizer: SGD with classical momentum, no Nesterov, no weight decay, no clipping
+    lr: float = 1e-4
+    momentum: float = 0.9
+
+    # ---- derived quantities (computed, never typed) -------------------------------
+    def conv_out(self, size: int, kernel: int, stride: int, pad: int) -> int:
+        """Output length of a convolution with symmetric padding ``pad``."""
+        return (size + 2 * pad - kernel) // stride + 1
+
+    @property
+    def freq_after_conv1(self) -> int:
+        return self.conv_out(self.n_freq, self.conv1_kernel[0], self.conv1_stride[0], self.conv1_padding[0])
+
+    @property
+    def freq_after_conv2(self) -> int:
+        return self.conv_out(self.freq_after_conv1, self.conv2_kernel[0], self.conv2_stride[0], self.conv2_padding[0])
+
+    @property
+    def rnn_input_width(self) -> int:
+        """Width of the sequence fed to the first bd layer: channels x frequency (2400)."""
+        return self.conv_channels * self.freq_after_conv2
+
+    @property
+    def time_stride(self) -> int:
+        """Total time subsampling of the two convolutions (4)."""
+        return self.conv1_stride[1] * self.conv2_stride[1]
+
+    def time_after_conv1(self, frames: int) -> int:
+        return self.conv_out(frames, self.conv1_kernel[1], self.conv1_stride[1], self.conv1_padding[1])
+
+    def output_length(self, frames: int) -> int:
+        """Number of output (CTC) steps for an utterance of ``frames`` frames (T/4)."""
+        t1 = self.time_after_conv1(frames)
+        return self.conv_out(t1, self.conv2_kernel[1], self.conv2_stride[1], self.conv2_padding[1])
+
+    def rnn_input_widths(self) -> Tuple[int, ...]:
+        """Input width of each bd layer."""
+        return (self.rnn_input_width,) + (self.rnn_hidden,) * (self.rnn_layers - 1)
+
+    def param_shapes(self) -> Dict[str, Tuple[int, ...]]:
+        """The canonical parameter names and shapes (the project's interchange format)."""
+        c, h = self.conv_channels, self.rnn_hidden
+        shapes = {
+            "conv1.weight": (c, 1) + tuple(self.conv1_kernel),
+            "conv1.bn.gamma": (c,), "conv1.bn.beta": (c,),
+            "conv2.weight": (c, c) + tuple(self.conv2_kernel),
+            "conv2.bn.gamma": (c,), "conv2.bn.beta": (c,),
+        }
+        for i, width in enumerate(self.rnn_input_widths(), start=1):
+            shapes["bd%d.bn.gamma" % i] = (width,)
+            shapes["bd%d.bn.beta" % i] = (width,)
+            for d in ("fwd", "bwd"):
+                shapes["bd%d.%s.W" % (i, d)] = (h, width)
+                shapes["bd%d.%s.U" % (i, d)] = (h, h)
+                shapes["bd%d.%s.b" % (i, d)] = (h,)
+        shapes.update({
+            "fc.bn.gamma": (h,), "fc.bn.beta": (h,),
+            "fc.W": (self.fc_hidden, h), "fc.b": (self.fc_hidden,),
+            "out.W": (self.n_classes, self.fc_hidden), "out.b": (self.n_classes,),
+        })
+        return shapes
+
+    @property
+    def param_count(self) -> int:
+        """Canonical trainable parameter count: one bias per RNN direction (92,244,637)."""
+        total = 0
+        for shape in self.param_shapes().values():
+            n = 1
+            for d in shape:
+                n *= d
+            total += n
+        return total
+
+    @property
+    def extra_rnn_biases(self) -> int:
+        """Parameters a fused two-bias RNN (cuDNN layout: b_ih and b_hh) holds on top (24,640)."""
+        return self.rnn_layers * 2 * self.rnn_hidden
+
+    def forward_macs(self, frames: int) -> int:
+        """Multiply-accumulates of one forward pass over one utterance of ``frames`` frames.
+
+        Counts convolutions and matrix products (everything else is lower order).
+        """
+        c = self.conv_channels
+        t1 = self.time_after_conv1(frames)
+        t2 = self.output_length(frames)
+        kf1, kt1 = self.conv1_kernel
+        kf2, kt2 = self.conv2_kernel
+        macs = t1 * self.freq_after_conv1 * c * (1 * kf1 * kt1)
+        macs += t2 * self.freq_after_conv2 * c * (c * kf2 * kt2)
+        for width in self.rnn_input_widths():
+            macs += t2 * 2 * (width * self.rnn_hidden + self.rnn_hidden * self.rnn_hidden)
+        macs += t2 * self.rnn_hidden * self.fc_hidden
+        macs += t2 * self.fc_hidden * self.n_classes
+        return macs
+
+    @property
+    def forward_flops_per_audio_second(self) -> float:
+        """Forward FLOPs (2 per MAC) per second of audio: about 4.82e9 for the full model."""
+        return 2.0 * self.forward_macs(FRAMES_PER_SECOND)
+
+    @property
+    def train_flops_per_audio_second(self) -> float:
+        """Training FLOPs per second of audio (forward + backward ~ 3x forward)."""
+        return 3.0 * self.forward_flops_per_audio_second
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named benchmark setting: the model, how much data, and the default batch size."""
+
+    name: str
+    config: DS2Config
+    scale: int              # utterances per percent point of the length table
+    batch_size: int         # default minibatch size
+    purpose: str
+
+    def with_overrides(self, batch_size=None, scale=None) -> "Preset":
+        """This preset with a different batch size and/or data scale (validated)."""
+        batch_size = self.batch_size if batch_size is None else batch_size
+        scale = self.scale if scale is None else scale
+        _check_positive_int("batch_size", batch_size)
+        _check_positive_int("scale", scale)
+        return replace(self, batch_size=batch_size, scale=scale)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        return d
+
+
+def _check_positive_int(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError("%s must be a positive integer, got %r" % (name, value))
+
+
+FULL_MODEL = DS2Config()
+SMOKE_MODEL = DS2Config(conv_channels=4, rnn_layers=2, rnn_hidden=32, fc_hidden=32)
+
+PRESETS = {
+    "deepmark": Preset("deepmark", FULL_MODEL, scale=DEEPMARK_SCALE, batch_size=32,
+                       purpose="the real benchmark on a GPU: full model, one full DeepMark epoch"),
+    "quick": Preset("quick", FULL_MODEL, scale=64, batch_size=32,
+                    purpose="a fast GPU run: full model, 5% of an epoch with the same length mix"),
+    "smoke": Preset("smoke", SMOKE_MODEL, scale=1, batch_size=8,
+                    purpose="CPU, CI and tests: same structure with small widths, 100 utterances"),
+}
+
+
+def get_preset(name: str) -> Preset:
+    """Look up a preset by name; an unknown name raises ValueError listing the valid ones."""
+    try:
+        return PRESETS[name]
+    except (KeyError, TypeError):
+        raise ValueError("unknown preset %r; valid presets: %s" % (name, ", ".join(sorted(PRESETS)))) from None
+
+
+def check_precision(precision: str) -> str:
+    """Validate a precision name (fp32, tf32, bf16)."""
+    if precision not in PRECISIONS:
+        raise ValueError("unknown precision %r; valid precisions: %s" % (precision, ", ".join(PRECISIONS)))
+    return precision
+
+
+#: relative tolerance of the first-loss check against the NumPy reference, per precision.
+#: fp32 is the spec's 1e-4; tf32 and bf16 round inputs of every matmul (10 and 7 mantissa bits).
+LOSS_RTOL = {"fp32": 1e-4, "tf32": 1e-2, "bf16": 5e-2}
