@@ -73,6 +73,31 @@ def new_record(target: str, framework: str, api: str, variant: str = "", **field
     return record
 
 
+def benchmark_record(target: str, framework: str, api: str, variant: str, preset, precision: str, seed: int,
+                     iterator, timer, checks: dict, device: dict, versions: dict, memory: Optional[dict] = None,
+                     options: Optional[dict] = None, environment: Optional[dict] = None) -> dict:
+    """The record of a completed notebook run, from the objects every notebook has.
+
+    ``preset``: the :class:`common.spec.Preset` run; ``iterator``: the
+    :class:`common.data.DeepMarkIterator` after its timed pass; ``timer``: the
+    :class:`common.timing.BenchmarkTimer`; ``versions``: framework facts (``framework`` at least);
+    ``environment``: framework facts about the machine (CUDA, cuDNN) added to :func:`envinfo.collect`.
+    """
+    import platform
+    import numpy
+    from . import envinfo
+    summary = timer.summary()
+    mem = {"device_peak_bytes": None, "host_peak_rss_bytes": envinfo.host_peak_rss_bytes()}
+    mem.update(memory or {})
+    return new_record(
+        target, framework, api, variant,
+        versions=dict({"python": platform.python_version(), "numpy": numpy.__version__}, **versions),
+        device=device, environment=envinfo.collect(environment), precision=precision,
+        preset=preset.name, batch_size=preset.batch_size, scale=preset.scale, seed=seed,
+        config=preset.config.to_dict(), data=dict(iterator.describe(), checksum=iterator.checksum),
+        checks=checks, timing=summary["timing"], losses=summary["losses"], memory=mem, options=options or {})
+
+
 def failed_record(target: str, status: str, error: str, **fields) -> dict:
     """A record for a run that did not produce numbers: status "failed" or "skipped", one-line reason."""
     if status not in ("failed", "skipped"):

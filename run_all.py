@@ -1,0 +1,19 @@
+#!/usr/bin/env python3
+"""Run every framework's DS2 notebook with papermill and write results.md.
+
+    python run_all.py                      # all frameworks; deepmark on a CUDA GPU, smoke on a CPU
+    python run_all.py --list               # targets, environments and what they need
+    python run_all.py --frameworks pytorch,jax --preset quick --precision fp32,tf32,bf16
+    python run_all.py --help
+
+On first use it creates its own environment (.venvs/runner) and one environment and Jupyter
+kernel per framework (.venvs/<framework>-<cpu|cuda>) from the pins in envs/; later runs reuse them.
+"""
+import sys
+
+from runner.bootstrap import reexec_in_runner
+
+if __name__ == "__main__":
+    reexec_in_runner(sys.argv)
+    from runner.cli import main
+    sys.exit(main(sys.argv[1:]))

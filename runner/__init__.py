@@ -1,0 +1,10 @@
+"""The orchestration behind ``python run_all.py`` and ``python -m tests``; framework-free.
+
+- :mod:`runner.bootstrap` creates the runner's own virtual environment (papermill, pandas, ...)
+  and re-executes the command inside it -- standard library only
+- :mod:`runner.targets`   the rows of the comparison: notebook, environment and GPU support of each
+- :mod:`runner.envs`      one isolated environment and Jupyter kernel per framework, from the pins in envs/
+- :mod:`runner.execute`   runs one notebook with papermill and always leaves a result record
+- :mod:`runner.report`    writes results.md from the records
+- :mod:`runner.cli`       the command line of run_all.py
+"""

@@ -1,0 +1,119 @@
+"""Give ``python run_all.py`` and ``python -m tests`` their own environment on a fresh machine.
+
+Standard library only: this runs before anything is installed.  The runner environment
+(``.venvs/runner``, pins in ``envs/runner.txt``) is created once and re-created only when the
+pins change; the command is then re-executed inside it.  Set ``DS2_RUNNER=current`` to use the
+current interpreter instead (e.g. a conda environment made from environment.yml).
+"""
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import venv
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENVS_DIR = os.path.abspath(os.environ.get("DS2_ENVS_DIR", os.path.join(ROOT, ".venvs")))
+RUNNER_REQUIREMENTS = os.path.join(ROOT, "envs", "runner.txt")
+STAMP = ".ds2-stamp.json"
+
+
+class EnvError(RuntimeError):
+    """An environment could not be created; the message is one line."""
+
+
+def env_python(path: str) -> str:
+    return os.path.join(path, "Scripts" if os.name == "nt" else "bin", "python")
+
+
+def file_digest(*paths: str) -> str:
+    h = hashlib.sha256()
+    for p in paths:
+        with open(p, "rb") as f:
+            h.update(f.read())
+    return h.hexdigest()
+
+
+def read_stamp(path: str) -> dict:
+    try:
+        with open(os.path.join(path, STAMP)) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def write_stamp(path: str, stamp: dict) -> None:
+    tmp = os.path.join(path, STAMP + ".partial")
+    with open(tmp, "w") as f:
+        json.dump(stamp, f, indent=1)
+    os.replace(tmp, os.path.join(path, STAMP))
+
+
+def last_error_line(text: str) -> str:
+    lines = [l.strip() for l in (text or "").splitlines() if l.strip()]
+    for line in reversed(lines):
+        if line.startswith(("ERROR", "error:", "E:")) or "Error" in line:
+            return line
+    return lines[-1] if lines else "no output"
+
+
+def run_logged(args, log_path: str, what: str, env=None, cwd=ROOT) -> None:
+    """Run a command, appending its output to ``log_path``; raise EnvError with one line on failure."""
+    with open(log_path, "a") as log:
+        log.write("\n$ %s\n" % " ".join(args))
+        log.flush()
+        proc = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
+                              cwd=cwd, env=env)
+        log.write(proc.stdout)
+    if proc.returncode != 0:
+        raise EnvError("%s failed: %s (log: %s)" % (what, last_error_line(proc.stdout), log_path))
+
+
+def create_venv(path: str, requirements: str, base_python: str, stamp: dict, log_path: str) -> None:
+    """(Re)create a virtual environment at ``path`` with ``requirements`` installed; stamp it last."""
+    if os.path.isdir(path):
+        shutil.rmtree(path)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    if os.path.abspath(base_python) == os.path.abspath(sys.executable) and sys.prefix == sys.base_prefix:
+        venv.EnvBuilder(with_pip=True).create(path)
+    else:
+        run_logged([base_python, "-m", "venv", path], log_path, "creating a virtual environment with %s" % base_python)
+    py = env_python(path)
+    run_logged([py, "-m", "pip", "install", "--upgrade", "pip"], log_path, "upgrading pip in %s" % path)
+    run_logged([py, "-m", "pip", "install", "-r", requirements], log_path,
+               "pip install -r %s" % os.path.relpath(requirements, ROOT))
+    write_stamp(path, stamp)
+
+
+def runner_dir() -> str:
+    return os.path.join(ENVS_DIR, "runner")
+
+
+def ensure_runner_env(announce=print) -> str:
+    """The runner environment's Python, created from envs/runner.txt if missing or outdated."""
+    path = runner_dir()
+    stamp = {"requirements": file_digest(RUNNER_REQUIREMENTS)}
+    if read_stamp(path) != stamp or not os.path.exists(env_python(path)):
+        announce("Creating the runner environment %s from envs/runner.txt (once; a few minutes)..." % path)
+        os.makedirs(ENVS_DIR, exist_ok=True)
+        base = getattr(sys, "_base_executable", None) or sys.executable
+        create_venv(path, RUNNER_REQUIREMENTS, base, stamp, os.path.join(ENVS_DIR, "runner.log"))
+    return env_python(path)
+
+
+def in_runner_env() -> bool:
+    return os.path.abspath(sys.prefix) == os.path.abspath(runner_dir())
+
+
+def reexec_in_runner(argv) -> None:
+    """Re-execute ``argv`` (arguments after the interpreter) inside the runner environment."""
+    if os.environ.get("DS2_RUNNER") == "current" or in_runner_env():
+        return
+    try:
+        python = ensure_runner_env(announce=lambda m: print(m, file=sys.stderr, flush=True))
+    except EnvError as e:
+        sys.exit("error: %s" % e)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(python, [python] + list(argv))

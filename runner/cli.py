@@ -1,0 +1,156 @@
+"""The command line of run_all.py."""
+import argparse
+import os
+import shlex
+import sys
+from typing import List
+
+from common import envinfo
+from common.spec import PRECISIONS, PRESETS, get_preset
+
+from . import envs, execute, report
+from .bootstrap import ROOT, EnvError
+from .targets import ENVS, TARGETS, names
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """Bad input gets one clear line and exit status 2 (not a usage dump)."""
+
+    def error(self, message):
+        self.exit(2, "%s: error: %s\n" % (self.prog, message))
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("must be a positive integer, got %r" % text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be a positive integer, got %r" % text)
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be a non-negative integer, got %r" % text)
+    return value
+
+
+def comma_list(choices, what):
+    def parse(text: str) -> List[str]:
+        items = [t.strip() for t in text.split(",") if t.strip()]
+        if not items:
+            raise argparse.ArgumentTypeError("no %s given" % what)
+        if items == ["all"] and what == "framework":
+            return list(choices)
+        for item in items:
+            if item not in choices:
+                raise argparse.ArgumentTypeError("unknown %s %r; choose from: %s" % (what, item, ", ".join(choices)))
+        return items
+    return parse
+
+
+def preset_name(text: str) -> str:
+    try:
+        return get_preset(text).name
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e))
+
+
+def env_python(text: str):
+    name, sep, path = text.partition("=")
+    if not sep or name not in ENVS or not path:
+        raise argparse.ArgumentTypeError("expected ENV=PATH with ENV one of: %s; got %r" % (", ".join(ENVS), text))
+    return name, path
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = OneLineParser(prog="run_all.py", description="Run the DS2 notebooks of every framework and write results.md.")
+    p.add_argument("--frameworks", type=comma_list(list(TARGETS), "framework"), default=list(TARGETS),
+                   help="comma-separated targets, or 'all' (default). Targets: %s" % names())
+    p.add_argument("--preset", type=preset_name, default=None,
+                   help="%s (default: deepmark on a CUDA GPU, smoke otherwise)" % " | ".join(PRESETS))
+    p.add_argument("--batch-size", type=positive_int, default=None, help="minibatch size (default: the preset's)")
+    p.add_argument("--scale", type=positive_int, default=None,
+                   help="utterances per percent point of the length mix (default: the preset's)")
+    p.add_argument("--precision", type=comma_list(list(PRECISIONS), "precision"), default=["fp32"],
+                   help="comma-separated: fp32 (TF32 off), tf32, bf16 (default fp32; CPU runs are fp32)")
+    p.add_argument("--seed", type=non_negative_int, default=0, help="seed of data and initial weights (default 0)")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
+                   help="auto: cuda when nvidia-smi sees a GPU (default)")
+    p.add_argument("--timeout", type=positive_int, default=None, help="seconds a notebook cell may run (default: no limit)")
+    p.add_argument("--results-dir", default=os.path.join(ROOT, "results"),
+                   help="where records and executed notebooks go (default: results/)")
+    p.add_argument("--output", default=None, help="the Markdown table (default: results.md, or <results-dir>/results.md "
+                                                  "for another results dir)")
+    p.add_argument("--python", type=env_python, action="append", default=[], metavar="ENV=PATH",
+                   help="build environment ENV from this interpreter")
+    p.add_argument("--cntk-python", default=os.environ.get("DS2_CNTK_PYTHON"), metavar="PATH",
+                   help="a CPython 3.6 (shared-library build) for the CNTK environment; env DS2_CNTK_PYTHON")
+    p.add_argument("--setup-only", action="store_true", help="create the environments and kernels, run nothing")
+    p.add_argument("--list", action="store_true", help="list targets and their environments, then exit")
+    p.add_argument("--no-progress", action="store_true", help="no papermill progress bars")
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    pythons = dict(args.python)
+    if args.cntk_python and "cntk" in ENVS:
+        pythons.setdefault("cntk", args.cntk_python)
+    gpus = envinfo.gpus()
+    device = args.device if args.device != "auto" else ("cuda" if gpus else "cpu")
+    if device == "cuda" and not gpus:
+        print("run_all.py: error: --device cuda, but nvidia-smi sees no GPU", file=sys.stderr)
+        return 2
+
+    if args.list:
+        print("device: %s%s" % (device, " (%s)" % gpus[0]["name"] if gpus and device == "cuda" else ""))
+        for t in TARGETS.values():
+            env = ENVS[t.env]
+            state = envs.status(env, device, pythons.get(env.name))
+            present = "" if os.path.exists(t.notebook_path) else "  [notebook missing]"
+            print("%-18s %-40s env %-10s %-8s %s%s" % (t.name, t.label, env.name, state, env.python_hint, present))
+        return 0
+
+    if args.preset is None:
+        args.preset = "deepmark" if device == "cuda" else "smoke"
+        print("No --preset given: %s (%s)." % (args.preset, "a CUDA GPU is visible" if device == "cuda"
+                                                 else "no CUDA GPU visible; use a GPU machine for the real benchmark"))
+    preset = get_preset(args.preset).with_overrides(batch_size=args.batch_size, scale=args.scale)
+    targets = [TARGETS[name] for name in args.frameworks]
+
+    if args.setup_only:
+        failed = 0
+        for env_name in sorted(set(t.env for t in targets), key=list(ENVS).index):
+            try:
+                kernel = envs.ensure(ENVS[env_name], device, pythons.get(env_name))
+                print("%s: ready (kernel %s)" % (env_name, kernel))
+            except EnvError as e:
+                failed += 1
+                print("%s: %s" % (env_name, e))
+        return 1 if failed else 0
+
+    command = "python run_all.py" + ("" if argv is None and len(sys.argv) < 2 else
+                                     " " + " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv)))
+    results_dir = os.path.abspath(args.results_dir)
+    output = args.output or (os.path.join(ROOT, "results.md")
+                             if results_dir == os.path.join(ROOT, "results") else os.path.join(results_dir, "results.md"))
+    runs = [(t, prec) for t in targets for prec in args.precision]
+    print("Running %d notebook(s) on %s, preset %s (batch size %d, scale %d), results in %s"
+          % (len(runs), device, preset.name, preset.batch_size, preset.scale, os.path.relpath(results_dir)))
+    statuses = []
+    for i, (target, precision) in enumerate(runs, 1):
+        print("[%d/%d] %s, %s" % (i, len(runs), target.name, precision), flush=True)
+        opts = execute.RunOptions(preset, precision, args.seed, device, results_dir, timeout=args.timeout,
+                                  pythons=pythons, command=command, gpu=gpus[0] if gpus else None,
+                                  progress=not args.no_progress)
+        statuses.append(execute.run_target(target, opts)["status"])
+    report.write(results_dir, output, command, execute.git_commit())
+    print("Wrote %s: %d ok, %d failed, %d skipped." % (os.path.relpath(output), statuses.count("ok"),
+                                                     statuses.count("failed"), statuses.count("skipped")))
+    return 0 if "failed" not in statuses else 1

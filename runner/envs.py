@@ -1,0 +1,119 @@
+"""One isolated virtual environment and Jupyter kernel per framework.
+
+``.venvs/<env>-<cpu|cuda>`` holds the framework's pinned packages (``envs/<env>-<cpu|cuda>.txt``)
+and ipykernel; its kernel ``ds2-<env>-<cpu|cuda>`` is registered in the runner environment, so
+papermill (and Jupyter started from the runner environment) find it.  An environment is built
+once and rebuilt only when its pins or its interpreter change.
+"""
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from typing import Optional
+
+from .bootstrap import ENVS_DIR, ROOT, EnvError, create_venv, env_python, file_digest, read_stamp, run_logged
+from .targets import Env
+
+
+def default_python() -> str:
+    """The interpreter environments are made from: the one behind the runner environment."""
+    return getattr(sys, "_base_executable", None) or sys.executable
+
+
+def _suffix(python: Optional[str]) -> str:
+    if not python:
+        return ""
+    return "-" + hashlib.sha256(os.path.realpath(python).encode()).hexdigest()[:8]
+
+
+def env_path(env: Env, device: str, python: Optional[str] = None) -> str:
+    return os.path.join(ENVS_DIR, "%s-%s%s" % (env.name, device, _suffix(python)))
+
+
+def kernel_name(env: Env, device: str, python: Optional[str] = None) -> str:
+    return "ds2-%s-%s%s" % (env.name, device, _suffix(python))
+
+
+def kernels_prefix() -> str:
+    """Where kernels are registered: the runner environment's prefix (``share/jupyter/kernels``)."""
+    return sys.prefix
+
+
+def python_version(python: str) -> str:
+    try:
+        out = subprocess.run([python, "-c", "import platform; print(platform.python_version())"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise EnvError("cannot run the interpreter %s: %s" % (python, e))
+    if out.returncode != 0:
+        raise EnvError("the interpreter %s does not run: %s" % (python, (out.stderr.strip().splitlines() or ["?"])[-1]))
+    return out.stdout.strip()
+
+
+def status(env: Env, device: str, python: Optional[str] = None) -> str:
+    """"ready", "outdated" (pins changed) or "missing"."""
+    path = env_path(env, device, python)
+    if not os.path.exists(env_python(path)):
+        return "missing"
+    stamp = read_stamp(path)
+    req = env.requirements(device)
+    if not os.path.exists(req) or stamp.get("requirements") != file_digest(req):
+        return "outdated"
+    return "ready"
+
+
+def ensure(env: Env, device: str, python: Optional[str] = None, announce=print) -> str:
+    """Create (if needed) the environment and register its kernel; returns the kernel name.
+
+    ``python`` is an interpreter to build it from (default: the runner's base interpreter).
+    Raises :class:`EnvError` with a one-line reason when it cannot be made.
+    """
+    if env.needs_python and not python:
+        raise EnvError(env.needs_python)
+    base = python or default_python()
+    if python and not os.path.exists(python):
+        raise EnvError("interpreter %s for %s not found" % (python, env.name))
+    req = env.requirements(device)
+    if not os.path.exists(req):
+        raise EnvError("no pins for %s on %s: %s is missing" % (env.name, device, os.path.relpath(req, ROOT)))
+    if env.needs:
+        reason = env.needs()
+        if reason:
+            raise EnvError(reason)
+    path = env_path(env, device, python)
+    version = python_version(base)
+    stamp = {"requirements": file_digest(req), "python": os.path.realpath(base), "python_version": version}
+    log = os.path.join(ENVS_DIR, "%s.log" % os.path.basename(path))
+    fresh = read_stamp(path) != stamp or not os.path.exists(env_python(path))
+    if fresh:
+        announce("Creating environment %s (Python %s, %s); log: %s"
+                 % (os.path.relpath(path, ROOT), version, os.path.relpath(req, ROOT), log))
+        os.makedirs(ENVS_DIR, exist_ok=True)
+        if os.path.exists(log):
+            os.remove(log)
+        create_venv(path, req, base, stamp, log)
+        if env.post_create:
+            env.post_create(path)
+    name = kernel_name(env, device, python)
+    spec_dir = os.path.join(kernels_prefix(), "share", "jupyter", "kernels", name)
+    if fresh or not os.path.exists(os.path.join(spec_dir, "kernel.json")):
+        register_kernel(env, path, name, version, log)
+    return name
+
+
+def register_kernel(env: Env, path: str, name: str, version: str, log: str) -> None:
+    py = env_python(path)
+    extra = env.kernel_env(path) if env.kernel_env else {}
+    run_logged([py, "-m", "ipykernel", "install", "--prefix", kernels_prefix(), "--name", name,
+                "--display-name", "DS2 %s (Python %s)" % (env.label, version)],
+               log, "registering the Jupyter kernel %s" % name, env=dict(os.environ, **extra))
+    spec_file = os.path.join(kernels_prefix(), "share", "jupyter", "kernels", name, "kernel.json")
+    with open(spec_file) as f:
+        spec = json.load(f)
+    spec["argv"][0] = py                               # this environment's interpreter, never a shim
+    spec["env"] = dict(spec.get("env", {}), PYTHONNOUSERSITE="1", **extra)
+    tmp = spec_file + ".partial"
+    with open(tmp, "w") as f:
+        json.dump(spec, f, indent=1)
+    os.replace(tmp, spec_file)

@@ -1,0 +1,195 @@
+"""Run one target's notebook with papermill; always leave exactly one complete result record.
+
+The notebook writes its record to a staging path; the runner checks it (data checksum
+against its own iterator), adds how it was produced, and writes it atomically into
+``<results>/records/``.  A run that fails at any point -- environment, kernel start, a failed
+check, out of memory, timeout, interruption -- gets a record with status "failed" (or
+"skipped" when the target cannot run here) and a one-line reason instead.
+"""
+import os
+import re
+import subprocess
+import sys
+import time
+from typing import Dict, Optional
+
+from common import envinfo, results
+from common.data import DeepMarkIterator
+from common.spec import Preset
+
+from . import envs
+from .bootstrap import ROOT, EnvError
+from .targets import ENVS, Target
+
+
+class RunOptions:
+    def __init__(self, preset: Preset, precision: str, seed: int, device: str, results_dir: str,
+                 timeout: Optional[float] = None, pythons: Optional[Dict[str, str]] = None,
+                 command: str = "", gpu: Optional[dict] = None, progress: bool = True):
+        self.preset = preset
+        self.precision = precision
+        self.seed = seed
+        self.device = device            # "cpu" or "cuda"
+        self.results_dir = results_dir
+        self.timeout = timeout
+        self.pythons = pythons or {}    # env name -> interpreter
+        self.command = command
+        self.gpu = gpu                  # first GPU's facts (envinfo.gpus()[0]) when device is cuda
+        self.progress = progress
+
+    @property
+    def device_slug(self) -> str:
+        if self.device == "cpu" or not self.gpu:
+            return self.device
+        return re.sub(r"[^a-z0-9]+", "-", self.gpu.get("name", "gpu").lower()).strip("-")
+
+
+def git_commit() -> Optional[str]:
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, universal_newlines=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, universal_newlines=True).stdout
+    except OSError:
+        return None
+    return (sha + ("-dirty" if dirty.strip() else "")) if sha else None
+
+
+def record_stem(target: Target, opts: RunOptions) -> str:
+    p = opts.preset
+    stem = "%s_%s_%s_bs%d" % (target.name, p.name, opts.precision, p.batch_size)
+    if p.scale != _default_scale(p.name):
+        stem += "_scale%d" % p.scale
+    return stem + "_" + opts.device_slug
+
+
+def _default_scale(name: str) -> int:
+    from common.spec import get_preset
+    return get_preset(name).scale
+
+
+_expected_checksums = {}  # type: Dict[tuple, str]
+
+
+def expected_checksum(preset: Preset, seed: int) -> str:
+    key = (preset.batch_size, preset.scale, seed, preset.config.n_freq, preset.config.n_classes)
+    if key not in _expected_checksums:
+        it = DeepMarkIterator(preset.batch_size, preset.scale, seed, n_freq=preset.config.n_freq,
+                              n_classes=preset.config.n_classes)
+        _expected_checksums[key] = it.expected_checksum()
+    return _expected_checksums[key]
+
+
+def _base_fields(target: Target, opts: RunOptions) -> dict:
+    return dict(framework=target.label.split(" (")[0], api=target.label, preset=opts.preset.name,
+                batch_size=opts.preset.batch_size, scale=opts.preset.scale, seed=opts.seed,
+                precision=opts.precision, config=opts.preset.config.to_dict(),
+                device={"type": opts.device, "name": (opts.gpu or {}).get("name") if opts.device == "cuda"
+                        else envinfo.cpu_model()})
+
+
+def _run_info(target: Target, opts: RunOptions, started: str, notebook_out: Optional[str]) -> dict:
+    return {"started": started, "finished": results.utc_now(), "command": opts.command,
+            "git_commit": git_commit(), "notebook": "notebooks/" + target.notebook,
+            "executed_notebook": os.path.relpath(notebook_out, ROOT) if notebook_out else None,
+            "runner_python": sys.version.split()[0]}
+
+
+def papermill_reason(exc: BaseException, timeout: Optional[float]) -> str:
+    """One line that says why a notebook run failed."""
+    name = type(exc).__name__
+    if name == "PapermillExecutionError":
+        return "%s: %s" % (exc.ename, results.one_line(str(exc.evalue)))
+    if name == "DeadKernelError":
+        return "the kernel died (killed for memory?): %s" % results.one_line(str(exc))
+    if name == "CellTimeoutError" or isinstance(exc, TimeoutError):
+        return "a cell ran past the %s s timeout" % (timeout,)
+    if name == "NoSuchKernel":
+        return "Jupyter kernel not found: %s" % results.one_line(str(exc))
+    return "%s: %s" % (name, results.one_line(str(exc)))
+
+
+def run_target(target: Target, opts: RunOptions, announce=print) -> dict:
+    """Run ``target`` and write its record; returns the record."""
+    started = results.utc_now()
+    stem = record_stem(target, opts)
+    records_dir = os.path.join(opts.results_dir, "records")
+    notebooks_dir = os.path.join(opts.results_dir, "notebooks")
+    staging_dir = os.path.join(opts.results_dir, ".staging")
+    for d in (records_dir, notebooks_dir, staging_dir):
+        os.makedirs(d, exist_ok=True)
+    record_path = os.path.join(records_dir, stem + ".json")
+    notebook_out = os.path.join(notebooks_dir, stem + ".ipynb")
+    staged = os.path.join(staging_dir, stem + ".json")
+
+    def finish(status: str, reason: str, executed: Optional[str] = None) -> dict:
+        rec = results.failed_record(target.name, status, reason, **_base_fields(target, opts))
+        rec["environment"] = envinfo.collect()
+        rec["run"] = _run_info(target, opts, started, executed)
+        results.write_record(record_path, rec)
+        announce("  %s: %s" % (status, rec["error"]))
+        return rec
+
+    # 1. can it run here at all?
+    if not os.path.exists(target.notebook_path):
+        return finish("failed", "notebook %s does not exist" % os.path.relpath(target.notebook_path, ROOT))
+    if opts.device == "cpu" and opts.precision != "fp32":
+        return finish("skipped", "precision %s needs a CUDA GPU; CPU runs are fp32" % opts.precision)
+    if opts.device == "cuda" and target.gpu_unsupported:
+        reason = target.gpu_unsupported(envinfo.compute_capability(opts.gpu or {}))
+        if reason:
+            return finish("skipped", reason)
+    # 2. its environment and kernel
+    env = ENVS[target.env]
+    try:
+        kernel = envs.ensure(env, opts.device, opts.pythons.get(env.name), announce=announce)
+    except EnvError as e:
+        missing = env.needs_python and env.name not in opts.pythons   # not given: skipped, not broken
+        return finish("skipped" if missing else "failed", "environment %s: %s" % (env.name, e))
+    # 3. the notebook
+    import papermill as pm
+    parameters = dict(preset=opts.preset.name, batch_size=opts.preset.batch_size, scale=opts.preset.scale,
+                      precision=opts.precision, seed=opts.seed, device=opts.device, result_path=staged,
+                      target=target.name, **target.parameters)
+    if os.path.exists(staged):
+        os.remove(staged)
+    partial_nb = notebook_out[:-len(".ipynb")] + ".partial.ipynb"
+    t0 = time.time()
+    try:
+        pm.execute_notebook(target.notebook_path, partial_nb, parameters=parameters, kernel_name=kernel,
+                            cwd=os.path.dirname(target.notebook_path), execution_timeout=opts.timeout,
+                            progress_bar=opts.progress, log_output=False, report_mode=False)
+    except KeyboardInterrupt:
+        _keep(partial_nb, notebook_out)
+        finish("failed", "interrupted by the user", notebook_out)
+        raise
+    except Exception as e:  # papermill/nbclient raise many kinds; each becomes a failed row
+        _keep(partial_nb, notebook_out)
+        return finish("failed", papermill_reason(e, opts.timeout), notebook_out)
+    _keep(partial_nb, notebook_out)
+    # 4. the notebook's record, checked and completed
+    try:
+        rec = results.read_record(staged)
+    except (OSError, ValueError) as e:
+        return finish("failed", "the notebook wrote no valid record: %s" % e, notebook_out)
+    os.remove(staged)
+    expected = expected_checksum(opts.preset, opts.seed)
+    got = rec.get("data", {}).get("checksum")
+    rec.setdefault("checks", {})["checksum"] = {"checksum": got, "expected": expected, "ok": got == expected}
+    if got != expected:
+        rec["status"], rec["error"] = "failed", "data checksum %s differs from the runner's %s" % (got, expected)
+    rec["run"] = dict(rec.get("run", {}), **_run_info(target, opts, started, notebook_out))
+    rec["run"]["wall_s"] = time.time() - t0
+    results.write_record(record_path, rec)
+    if rec["status"] == "ok":
+        t = rec.get("timing", {})
+        announce("  ok: %.1f s of audio per second, first-loss check rel. diff %.1e"
+                 % (t.get("audio_s_per_s", float("nan")), rec["checks"].get("loss", {}).get("rel_diff", float("nan"))))
+    else:
+        announce("  %s: %s" % (rec["status"], rec["error"]))
+    return rec
+
+
+def _keep(partial: str, final: str) -> None:
+    if os.path.exists(partial):
+        os.replace(partial, final)

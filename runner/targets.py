@@ -1,0 +1,132 @@
+"""The rows of the comparison: which notebook, in which environment, on which GPUs.
+
+A *target* is one row of results.md.  Several targets can share a notebook (Keras 3 on three
+backends) or an environment (Keras on JAX runs in the JAX environment).  An *environment* is
+one virtual environment plus Jupyter kernel, with pins in ``envs/<name>-<cpu|cuda>.txt``.
+"""
+import glob
+import os
+from collections import OrderedDict
+from typing import Callable, Dict, Optional
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class Env:
+    """One framework environment: pins per device kind, and what its interpreter must be."""
+
+    def __init__(self, name: str, label: str, python_hint: str = "", needs_python: Optional[str] = None,
+                 needs: Optional[Callable[[], Optional[str]]] = None,
+                 kernel_env: Optional[Callable[[str], Dict[str, str]]] = None,
+                 post_create: Optional[Callable[[str], None]] = None):
+        self.name = name
+        self.label = label
+        self.python_hint = python_hint          # shown by --list
+        self.needs_python = needs_python        # reason shown when no interpreter was given for it
+        self.needs = needs                      # returns a reason when a system prerequisite is missing
+        self.kernel_env = kernel_env            # extra environment variables of the kernel (venv path -> env)
+        self.post_create = post_create          # hook after pip install (venv path)
+
+    def requirements(self, device: str) -> str:
+        return os.path.join(ROOT, "envs", "%s-%s.txt" % (self.name, device))
+
+
+class Target:
+    """One row: a notebook run in an environment with fixed extra parameters."""
+
+    def __init__(self, name: str, label: str, notebook: str, env: str, parameters: Optional[dict] = None,
+                 gpu_unsupported: Optional[Callable[[Optional[float]], Optional[str]]] = None):
+        self.name = name
+        self.label = label
+        self.notebook = notebook
+        self.env = env
+        self.parameters = parameters or {}
+        self.gpu_unsupported = gpu_unsupported  # compute capability -> reason it cannot run, or None
+
+    @property
+    def notebook_path(self) -> str:
+        return os.path.join(ROOT, "notebooks", self.notebook)
+
+
+# ---- MXNet: the newest GPU wheels stop at Ampere ------------------------------------------------
+def mxnet_gpu_unsupported(cc: Optional[float]) -> Optional[str]:
+    if cc is not None and cc > 8.6:
+        return ("mxnet-cu112 1.9.1 (the newest MXNet GPU build) carries kernels for sm_50-sm_86 only and no PTX; "
+                "this GPU is sm_%d" % round(cc * 10))
+    return None
+
+
+# ---- CNTK: CPython 3.6, OpenMPI 1.10 sonames, GPUs up to Volta ------------------------------------
+MPI_LIBDIRS = ["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/lib64/openmpi/lib",
+               "/usr/lib/x86_64-linux-gnu/openmpi/lib"]
+CNTK_MPI_SONAMES = {"libmpi.so.12": "libmpi.so.40", "libmpi_cxx.so.1": "libmpi_cxx.so.40"}
+
+
+def _find_lib(name: str) -> Optional[str]:
+    for d in MPI_LIBDIRS:
+        hits = glob.glob(os.path.join(d, name))
+        if hits:
+            return hits[0]
+    return None
+
+
+def cntk_needs() -> Optional[str]:
+    missing = [new for new in CNTK_MPI_SONAMES.values() if not _find_lib(new)]
+    if missing:
+        return ("CNTK 2.7 links OpenMPI 1.10 (libmpi.so.12); this machine lacks OpenMPI 4's %s: install the "
+                "package libopenmpi3 (Debian/Ubuntu: apt-get install libopenmpi3)" % ", ".join(missing))
+    return None
+
+
+def cntk_mpi_dir(venv: str) -> str:
+    return os.path.join(venv, "mpi-compat")
+
+
+def cntk_post_create(venv: str) -> None:
+    """Make CNTK's OpenMPI 1.10 sonames resolve to OpenMPI 4 (links inside the environment)."""
+    directory = cntk_mpi_dir(venv)
+    os.makedirs(directory, exist_ok=True)
+    for old, new in CNTK_MPI_SONAMES.items():
+        link = os.path.join(directory, old)
+        if os.path.lexists(link):
+            os.remove(link)
+        os.symlink(_find_lib(new), link)
+
+
+def cntk_kernel_env(venv: str) -> Dict[str, str]:
+    return {"LD_LIBRARY_PATH": cntk_mpi_dir(venv)}
+
+
+def cntk_gpu_unsupported(cc: Optional[float]) -> Optional[str]:
+    if cc is not None and cc > 7.0:
+        return ("cntk-gpu 2.7 bundles CUDA 10.0 and cuDNN 7.3 with code for GPUs up to Volta (sm_70); "
+                "this GPU is sm_%d" % round(cc * 10))
+    return None
+
+
+ENVS = OrderedDict((e.name, e) for e in [
+    Env("pytorch", "PyTorch 2.13 + Keras 3"),
+    Env("tensorflow", "TensorFlow 2.21 + Keras 3"),
+    Env("mxnet", "MXNet 1.9.1", python_hint="Python <= 3.11 (numpy<1.24)"),
+    Env("cntk", "CNTK 2.7", python_hint="CPython 3.6 via --cntk-python",
+        needs_python="no CNTK interpreter given: pass --cntk-python PATH (a shared-library CPython 3.6, e.g. from "
+                     "conda create -n cntk36 python=3.6) or set DS2_CNTK_PYTHON",
+        needs=cntk_needs, kernel_env=cntk_kernel_env, post_create=cntk_post_create),
+    Env("jax", "JAX + Flax + Keras 3"),
+])
+
+TARGETS = OrderedDict((t.name, t) for t in [
+    Target("pytorch", "PyTorch (torch.nn)", "PyTorch_DS2.ipynb", "pytorch"),
+    Target("tensorflow", "TensorFlow (tf.keras)", "TensorFlow_DS2.ipynb", "tensorflow"),
+    Target("mxnet", "MXNet (Gluon)", "MXNet_DS2.ipynb", "mxnet", gpu_unsupported=mxnet_gpu_unsupported),
+    Target("cntk", "CNTK (cntk.layers)", "CNTK_DS2.ipynb", "cntk", gpu_unsupported=cntk_gpu_unsupported),
+    Target("jax", "JAX (Flax NNX)", "JAX_Flax_DS2.ipynb", "jax"),
+    Target("keras-jax", "Keras 3 (JAX backend)", "Keras3_DS2.ipynb", "jax", parameters={"backend": "jax"}),
+    Target("keras-torch", "Keras 3 (torch backend)", "Keras3_DS2.ipynb", "pytorch", parameters={"backend": "torch"}),
+    Target("keras-tensorflow", "Keras 3 (TensorFlow backend)", "Keras3_DS2.ipynb", "tensorflow",
+           parameters={"backend": "tensorflow"}),
+])
+
+
+def names() -> str:
+    return ", ".join(TARGETS)

@@ -1,0 +1,51 @@
+"""Shared fixtures.  The notebook tests run ``run_all.py --preset smoke`` once per session, for
+every target (or the comma-separated ones in ``DS2_TEST_FRAMEWORKS``), into a temporary results
+directory, and then assert on the records it wrote."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from common import results  # noqa: E402
+
+
+class RunAll:
+    """The outcome of one run_all.py invocation: exit status, output, records by target."""
+
+    def __init__(self, args, results_dir):
+        self.results_dir = str(results_dir)
+        cmd = [sys.executable, os.path.join(ROOT, "run_all.py"), "--results-dir", self.results_dir,
+               "--no-progress"] + list(args)
+        proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
+        self.returncode = proc.returncode
+        self.output = proc.stdout
+        print(self.output)  # shown by pytest when a test fails
+        records_dir = os.path.join(self.results_dir, "records")
+        self.records = {}
+        if os.path.isdir(records_dir):
+            for rec in results.read_records(records_dir):
+                self.records.setdefault(rec["target"], []).append(rec)
+
+    def record(self, target, precision="fp32"):
+        recs = [r for r in self.records.get(target, []) if r.get("precision") == precision]
+        assert len(recs) == 1, "expected one %s %s record, found %d\n%s" % (target, precision, len(recs), self.output)
+        return recs[0]
+
+    def markdown(self):
+        with open(os.path.join(self.results_dir, "results.md")) as f:
+            return f.read()
+
+
+def run_all(args, results_dir):
+    return RunAll(args, results_dir)
+
+
+@pytest.fixture(scope="session")
+def smoke(tmp_path_factory):
+    frameworks = os.environ.get("DS2_TEST_FRAMEWORKS", "all")
+    return run_all(["--preset", "smoke", "--frameworks", frameworks, "--timeout", "3600"],
+                   tmp_path_factory.mktemp("smoke"))
