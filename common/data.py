@@ -7,8 +7,9 @@ Minibatches hold utterances of one length, so nothing is ever padded.
 
 Design, following DeepMark: one pool of standard-normal float32 features is drawn once,
 and every minibatch's features are a C-contiguous, read-only *slice* of that pool (no copy),
-so producing data costs nothing next to training.  Labels are drawn per batch, uniformly
-over the classes 1..28 (class 0 is the CTC blank and never a label).
+so producing data costs nothing next to training.  Labels are drawn once for the epoch,
+uniformly over the classes 1..28 (class 0 is the CTC blank and never a label), and sliced
+per batch (read-only too).
 
 Two fixes against DeepMark's generator (documented in the README): it drew labels from
 0..28, i.e. including the blank, and passed its length probabilities in the wrong argument.
@@ -94,18 +95,32 @@ class DeepMarkIterator:
             full, rest = divmod(count, batch_size)
             self._plan += [_Plan(li, batch_size)] * full + ([_Plan(li, rest)] if rest else [])
 
-        # One seed drives three independent streams: pool, per-batch offsets/labels, order.
+        # One seed drives three independent streams: features, offsets + labels, batch order.
         pool_seq, batch_seq, order_seq = np.random.SeedSequence(seed).spawn(3)
-        self._batch_seeds = batch_seq.spawn(len(self._plan))
 
-        # The feature pool: twice the largest batch, so batches start at varied offsets.
+        # The feature pool: twice the largest batch, so batches start at varied offsets.  Drawn in
+        # float64 and rounded to float32: NumPy's float32 sampler changed its tail between 1.19
+        # (CNTK's Python 3.6) and 1.23 (77 of 3.9 million values differ in the last bit), the
+        # float64 one gives the same bits in every NumPy version the project uses.
         max_frames = max(UTTERANCE_SECONDS) * FRAMES_PER_SECOND
         self._max_elements = batch_size * max_frames * n_freq
         pool = np.random.Generator(np.random.PCG64(pool_seq)).standard_normal(
-            2 * self._max_elements, dtype=np.float32)
+            2 * self._max_elements).astype(np.float32)
         pool.setflags(write=False)
         self._pool = pool
         self._pool_digest = hashlib.sha256(pool.tobytes()).digest()
+
+        # Per batch, drawn once: where its features start in the pool (on a frame boundary) and
+        # its labels, all labels of the epoch in one array sliced per batch.
+        rng = np.random.Generator(np.random.PCG64(batch_seq))
+        frames = np.array([UTTERANCE_SECONDS[p.length_index] * FRAMES_PER_SECOND for p in self._plan], dtype=np.int64)
+        sizes = np.array([p.size for p in self._plan], dtype=np.int64)
+        n_starts = (pool.size - sizes * frames * n_freq) // n_freq + 1
+        self._offsets = rng.integers(0, n_starts) * n_freq
+        label_counts = sizes * np.array([LABEL_LENGTHS[p.length_index] for p in self._plan], dtype=np.int64)
+        self._label_starts = np.concatenate([[0], np.cumsum(label_counts)])
+        self._labels = rng.integers(1, n_classes, size=int(self._label_starts[-1]), dtype=np.int32)
+        self._labels.setflags(write=False)
 
         self._order = np.arange(len(self._plan))
         if shuffle:
@@ -144,18 +159,10 @@ class DeepMarkIterator:
         p = self._plan[index]
         seconds = UTTERANCE_SECONDS[p.length_index]
         frames = seconds * FRAMES_PER_SECOND
-        rng = np.random.Generator(np.random.PCG64(self._batch_seeds[index]))
-        n_elements = p.size * frames * self.n_freq
-        # Offsets fall on frame boundaries of the pool.
-        n_starts = (self._pool.size - n_elements) // self.n_freq + 1
-        offset = int(rng.integers(0, n_starts)) * self.n_freq
-        features = self._pool[offset:offset + n_elements].reshape(p.size, frames, self.n_freq)
-        labels = rng.integers(1, self.n_classes, size=(p.size, LABEL_LENGTHS[p.length_index]), dtype=np.int32)
+        start = int(self._offsets[index])
+        features = self._pool[start:start + p.size * frames * self.n_freq].reshape(p.size, frames, self.n_freq)
+        labels = self._labels[self._label_starts[index]:self._label_starts[index + 1]].reshape(p.size, -1)
         return Batch(features, labels, frames, seconds, index)
-
-    def _offset_of(self, batch: Batch) -> int:
-        return (batch.features.__array_interface__["data"][0]
-                - self._pool.__array_interface__["data"][0]) // self._pool.itemsize
 
     def __iter__(self) -> Iterator[Batch]:
         digest = self._new_digest()
@@ -192,7 +199,7 @@ class DeepMarkIterator:
 
     def _update_digest(self, digest, batch: Batch) -> None:
         n, t, f = batch.features.shape
-        digest.update(struct.pack("<5q", batch.index, self._offset_of(batch), n, t, f))
+        digest.update(struct.pack("<5q", batch.index, int(self._offsets[batch.index]), n, t, f))
         digest.update(np.ascontiguousarray(batch.labels, dtype="<i4").tobytes())
 
     @property
