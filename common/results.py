@@ -166,6 +166,7 @@ def write_record(path: str, record: dict) -> str:
             f.write(text + "\n")
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)                       # mkstemp makes 0600 files
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import venv
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -43,11 +44,24 @@ def read_stamp(path: str) -> dict:
         return {}
 
 
+def atomic_write_text(path: str, text: str) -> None:
+    """Write a text file atomically: a temporary file in the same directory, renamed into place."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".partial", dir=directory)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)                       # mkstemp makes 0600 files
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
 def write_stamp(path: str, stamp: dict) -> None:
-    tmp = os.path.join(path, STAMP + ".partial")
-    with open(tmp, "w") as f:
-        json.dump(stamp, f, indent=1)
-    os.replace(tmp, os.path.join(path, STAMP))
+    atomic_write_text(os.path.join(path, STAMP), json.dumps(stamp, indent=1))
 
 
 def last_error_line(text: str) -> str:

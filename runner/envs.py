@@ -12,7 +12,7 @@ import subprocess
 import sys
 from typing import Optional
 
-from .bootstrap import ENVS_DIR, ROOT, EnvError, create_venv, env_python, file_digest, read_stamp, run_logged
+from .bootstrap import ENVS_DIR, ROOT, EnvError, atomic_write_text, create_venv, env_python, file_digest, read_stamp, run_logged
 from .targets import Env
 
 
@@ -113,7 +113,4 @@ def register_kernel(env: Env, path: str, name: str, version: str, log: str) -> N
         spec = json.load(f)
     spec["argv"][0] = py                               # this environment's interpreter, never a shim
     spec["env"] = dict(spec.get("env", {}), PYTHONNOUSERSITE="1", **extra)
-    tmp = spec_file + ".partial"
-    with open(tmp, "w") as f:
-        json.dump(spec, f, indent=1)
-    os.replace(tmp, spec_file)
+    atomic_write_text(spec_file, json.dumps(spec, indent=1))

@@ -89,8 +89,11 @@ def _base_fields(target: Target, opts: RunOptions) -> dict:
 
 
 def _run_info(target: Target, opts: RunOptions, started: str, notebook_out: Optional[str]) -> dict:
+    env = ENVS[target.env]
     return {"started": started, "finished": results.utc_now(), "command": opts.command,
             "git_commit": git_commit(), "notebook": "notebooks/" + target.notebook,
+            "environment": os.path.relpath(env.requirements(opts.device), ROOT),   # the CPU or GPU builds
+            "interpreter": opts.pythons.get(env.name),
             "executed_notebook": os.path.relpath(notebook_out, ROOT) if notebook_out else None,
             "runner_python": sys.version.split()[0]}
 

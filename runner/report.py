@@ -5,7 +5,6 @@ throughput bars, step time per utterance length, the cross-framework agreement t
 trajectories ("they compute the same thing"), the environments, and how the records were made.
 """
 import os
-import tempfile
 from collections import OrderedDict
 from typing import List, Optional
 
@@ -13,7 +12,7 @@ import numpy as np
 
 from common import envinfo, results
 
-from .bootstrap import ROOT
+from .bootstrap import ROOT, atomic_write_text
 
 K_STEPS = 10          # losses compared across frameworks: the first K training steps
 PLOTS = OrderedDict([
@@ -21,20 +20,6 @@ PLOTS = OrderedDict([
     ("step_time", "step_time_by_length.png"),
     ("trajectories", "loss_trajectories.png"),
 ])
-
-
-def atomic_write_text(path: str, text: str) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".partial", dir=directory)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 # ---- selecting and naming records ---------------------------------------------------------

@@ -1,0 +1,212 @@
+"""The side-by-side Rosetta pages, generated from the notebooks' cell tags.
+
+Every notebook tags its cells with the step they implement (``rosetta:model``, ...). This module
+collects each step from every notebook and writes
+
+- ``ROSETTA.md``: one section per step, every framework's code for it in turn (reads on GitHub);
+- ``docs/rosetta.html``: one self-contained page with two columns, each showing the framework you
+  pick, step by step -- translate from one framework to another at a glance.
+
+    python -m runner.rosetta            # regenerate both (run_all.py does it too)
+    python -m runner.rosetta --check    # exit 1 if the committed pages are not current (CI)
+"""
+import argparse
+import html
+import json
+import os
+import sys
+from collections import OrderedDict
+from typing import Dict, List
+
+from .bootstrap import ROOT, atomic_write_text
+from .targets import TARGETS
+
+#: the steps, in notebook order: (tag, title, what a reader compares there)
+STEPS = [
+    ("defaults", "Defaults each notebook overrides", "Where the framework's defaults differ from the spec, and why."),
+    ("environment", "1. Environment", "Imports."),
+    ("parameters", "2. Parameters", "The papermill parameters cell: the same names everywhere."),
+    ("settings", "2b. Derived settings", "Preset lookup, device, precision switches."),
+    ("data", "3. Data", "The shared DeepMark iterator and the conversion of a batch to the framework."),
+    ("model", "4. Model", "The DS2 model with the framework's highest-level API."),
+    ("weights", "5. Canonical weights", "Loading the shared NumPy weights into the framework's layouts."),
+    ("loss", "6a. Loss", "CTC, blank 0, summed over the batch / batch size."),
+    ("check", "6b. Correctness check", "First-batch loss against the NumPy reference."),
+    ("optimizer", "7. Optimizer and training step", "SGD with momentum 0.9 and one training step."),
+    ("warmup", "8. Warm-up", "One untimed step per batch shape."),
+    ("epoch", "9. Timed epoch", "The whole iterator once, synchronised per step."),
+    ("forward", "10. Forward-only timing", "Forward pass per utterance length."),
+    ("record", "11. Result record", "The JSON record for results.md."),
+]
+
+
+def notebooks() -> "OrderedDict":
+    """Notebook file -> display name, in the order of the targets (one entry per notebook)."""
+    out = OrderedDict()
+    for t in TARGETS.values():
+        if t.notebook not in out and os.path.exists(t.notebook_path):
+            out[t.notebook] = t.notebook.replace("_DS2.ipynb", "").replace("_", "/").replace("Keras3", "Keras 3")
+    return out
+
+
+def cells_by_step(path: str) -> Dict[str, List[dict]]:
+    """{step: [{"type": "code"|"markdown", "source": str}, ...]} of one notebook."""
+    with open(path) as f:
+        nb = json.load(f)
+    steps = OrderedDict()
+    for cell in nb["cells"]:
+        for tag in cell.get("metadata", {}).get("tags", []):
+            if tag.startswith("rosetta:"):
+                source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+                steps.setdefault(tag[len("rosetta:"):], []).append(
+                    {"type": cell["cell_type"], "source": source.strip("\n")})
+    return steps
+
+
+def collect() -> "OrderedDict":
+    return OrderedDict((name, cells_by_step(os.path.join(ROOT, "notebooks", nb)))
+                       for nb, name in notebooks().items())
+
+
+def _block(cell: dict) -> str:
+    if cell["type"] == "markdown":   # the notebook's headings become bold text under this page's headings
+        return "\n".join("**%s**" % line.lstrip("#").strip() if line.startswith("#") else line
+                         for line in cell["source"].splitlines()) + "\n"
+    fence = "```"
+    while fence in cell["source"]:
+        fence += "`"
+    return "%spython\n%s\n%s\n" % (fence, cell["source"], fence)
+
+
+def render_markdown(data: "OrderedDict") -> str:
+    names = list(data)
+    lines = [
+        "# DS2 Rosetta: every step, every framework",
+        "",
+        "Generated from the notebooks' cell tags by `python -m runner.rosetta`; do not edit. The same DeepSpeech2 "
+        "model, data, weights, loss, optimizer and timing in %s. For two frameworks side by side, open "
+        "[docs/rosetta.html](docs/rosetta.html) in a browser." % ", ".join(names),
+        "",
+        "Steps: " + " · ".join("[%s](#%s)" % (title, _anchor(title)) for _, title, _ in STEPS),
+        "",
+    ]
+    for tag, title, what in STEPS:
+        lines += ["## %s" % title, "", what, ""]
+        for name in names:
+            cells = data[name].get(tag)
+            lines += ["### %s" % name, ""]
+            if not cells:
+                lines += ["_This notebook has no cell for this step._", ""]
+                continue
+            lines += [_block(c) for c in cells]
+    return "\n".join(lines)
+
+
+def _anchor(title: str) -> str:
+    keep = "".join(ch for ch in title.lower() if ch.isalnum() or ch in " -")
+    return keep.replace(" ", "-")
+
+
+HTML_HEAD = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<title>DS2 Rosetta: side by side</title>
+<style>
+body { font-family: system-ui, sans-serif; margin: 0; }
+header { position: sticky; top: 0; background: #f4f4f4; padding: .6em 1em; border-bottom: 1px solid #ccc; z-index: 1; }
+select { font-size: 1em; margin: 0 .5em; }
+h2 { margin: 1.2em 1em .2em; font-size: 1.15em; }
+p.what { margin: 0 1em .5em; color: #555; }
+.row { display: grid; grid-template-columns: 1fr 1fr; gap: 1em; margin: 0 1em; }
+.col { min-width: 0; }
+pre { background: #fafafa; border: 1px solid #ddd; padding: .6em; overflow-x: auto; font-size: 12px; margin: .3em 0; }
+.md { white-space: pre-wrap; font-size: 13px; background: #fffdf3; border: 1px solid #eee; padding: .5em; margin: .3em 0; }
+.none { color: #999; font-style: italic; }
+</style></head><body>
+<header>DS2 Rosetta &mdash; compare
+<select id="left"></select> with <select id="right"></select>
+<small>(generated from the notebooks by <code>python -m runner.rosetta</code>; do not edit)</small></header>
+"""
+
+HTML_SCRIPT = """<script>
+const names = %s;
+const l = document.getElementById("left"), r = document.getElementById("right");
+for (const n of names) { l.add(new Option(n, n)); r.add(new Option(n, n)); }
+l.value = names[0]; r.value = names[Math.min(1, names.length - 1)];
+function show() {
+  document.querySelectorAll("[data-fw]").forEach(function (el) {
+    const side = el.parentElement.dataset.side;
+    el.style.display = el.dataset.fw === (side === "left" ? l.value : r.value) ? "" : "none";
+  });
+}
+l.onchange = show; r.onchange = show; show();
+</script></body></html>
+"""
+
+
+def render_html(data: "OrderedDict") -> str:
+    names = list(data)
+    parts = [HTML_HEAD]
+    for tag, title, what in STEPS:
+        parts.append("<h2>%s</h2><p class=\"what\">%s</p><div class=\"row\">" % (html.escape(title), html.escape(what)))
+        for side in ("left", "right"):
+            parts.append("<div class=\"col\" data-side=\"%s\">" % side)
+            for name in names:
+                cells = data[name].get(tag) or []
+                body = "".join(
+                    ("<div class=\"md\">%s</div>" if c["type"] == "markdown" else "<pre><code>%s</code></pre>")
+                    % html.escape(c["source"]) for c in cells) or "<p class=\"none\">no cell for this step</p>"
+                parts.append("<div data-fw=\"%s\">%s</div>" % (html.escape(name), body))
+            parts.append("</div>")
+        parts.append("</div>")
+    parts.append(HTML_SCRIPT % json.dumps(names))
+    return "".join(parts)
+
+
+OUTPUTS = {
+    "md": os.path.join(ROOT, "ROSETTA.md"),
+    "html": os.path.join(ROOT, "docs", "rosetta.html"),
+}
+
+
+def render_all() -> Dict[str, str]:
+    data = collect()
+    return {"md": render_markdown(data), "html": render_html(data)}
+
+
+def write() -> None:
+    for key, text in render_all().items():
+        atomic_write_text(OUTPUTS[key], text)
+
+
+def stale() -> List[str]:
+    """The pages whose committed text differs from what the notebooks generate now."""
+    out = []
+    for key, text in render_all().items():
+        try:
+            with open(OUTPUTS[key]) as f:
+                current = f.read()
+        except OSError:
+            current = None
+        if current != text:
+            out.append(os.path.relpath(OUTPUTS[key], ROOT))
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m runner.rosetta", description="Generate ROSETTA.md and docs/rosetta.html.")
+    p.add_argument("--check", action="store_true", help="exit 1 if the pages are not current")
+    args = p.parse_args(argv)
+    if args.check:
+        bad = stale()
+        if bad:
+            print("not current: %s (run python -m runner.rosetta)" % ", ".join(bad), file=sys.stderr)
+            return 1
+        print("ROSETTA.md and docs/rosetta.html are current")
+        return 0
+    write()
+    print("wrote %s" % ", ".join(os.path.relpath(p, ROOT) for p in OUTPUTS.values()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
