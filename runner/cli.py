@@ -135,8 +135,7 @@ def main(argv=None) -> int:
                 print("%s: %s" % (env_name, e))
         return 1 if failed else 0
 
-    command = "python run_all.py" + ("" if argv is None and len(sys.argv) < 2 else
-                                     " " + " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv)))
+    command = "python run_all.py" + "".join(" " + shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
     results_dir = os.path.abspath(args.results_dir)
     output = args.output or (os.path.join(ROOT, "results.md")
                              if results_dir == os.path.join(ROOT, "results") else os.path.join(results_dir, "results.md"))
