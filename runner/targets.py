@@ -71,6 +71,14 @@ def mxnet_gpu_unsupported(cc: Optional[float]) -> Optional[str]:
             "PTX, so they cannot run on this sm_%d GPU (CUDA: no kernel image is available)" % (major * 10 + minor))
 
 
+def mxnet_kernel_env(venv: str) -> Dict[str, str]:
+    """LD_LIBRARY_PATH to the CUDA 11 libraries of NVIDIA's pip wheels (envs/mxnet-cuda.txt), which
+    libmxnet.so links but does not bundle; then the machine's own LD_LIBRARY_PATH (the driver may be
+    found through it).  Nothing for the CPU environment."""
+    libs = sorted(glob.glob(os.path.join(venv, "lib", "python3*", "site-packages", "nvidia", "*", "lib")))
+    return {"LD_LIBRARY_PATH": os.pathsep.join(libs + ["${LD_LIBRARY_PATH}"])} if libs else {}
+
+
 # ---- CNTK: CPython 3.6, OpenMPI 1.10 sonames, GPUs up to Volta ------------------------------------
 MPI_LIBDIRS = ["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/lib64/openmpi/lib",
                "/usr/lib/x86_64-linux-gnu/openmpi/lib"]
@@ -122,7 +130,7 @@ def cntk_gpu_unsupported(cc: Optional[float]) -> Optional[str]:
 ENVS = OrderedDict((e.name, e) for e in [
     Env("pytorch", "PyTorch 2.13 + Keras 3"),
     Env("tensorflow", "TensorFlow 2.21 + Keras 3"),
-    Env("mxnet", "MXNet 1.9.1", python_hint="Python <= 3.11 (numpy<1.24)"),
+    Env("mxnet", "MXNet 1.9.1", python_hint="Python <= 3.11 (numpy<1.24)", kernel_env=mxnet_kernel_env),
     Env("cntk", "CNTK 2.7", python_hint="CPython 3.6 via --cntk-python",
         needs_python="no CNTK interpreter given: pass --cntk-python PATH (a shared-library CPython 3.6, e.g. from "
                      "conda create -n cntk36 python=3.6) or set DS2_CNTK_PYTHON",
