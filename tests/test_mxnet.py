@@ -78,3 +78,23 @@ def test_pins_keep_numpy_below_1_24():
             pins = [line.split("#")[0].strip() for line in f if line.split("#")[0].strip()]
         assert "numpy==1.23.5" in pins
         assert ("mxnet==1.9.1" if device == "cpu" else "mxnet-cu112==1.9.1") in pins
+
+
+def test_kernel_finds_the_cuda_11_libraries_of_the_nvidia_wheels(tmp_path):
+    from runner.targets import ENVS, mxnet_kernel_env
+    assert ENVS["mxnet"].kernel_env is mxnet_kernel_env
+    assert mxnet_kernel_env(str(tmp_path)) == {}                      # the CPU environment: nothing
+    site = tmp_path / "lib" / "python3.11" / "site-packages" / "nvidia"
+    for name in ("cudnn", "cuda_runtime", "cublas"):
+        (site / name / "lib").mkdir(parents=True)
+    paths = mxnet_kernel_env(str(tmp_path))["LD_LIBRARY_PATH"].split(os.pathsep)
+    assert paths == [str(site / name / "lib") for name in ("cublas", "cuda_runtime", "cudnn")] + ["${LD_LIBRARY_PATH}"]
+
+
+def test_cuda_pins_bring_every_cuda_library_libmxnet_links():
+    with open(os.path.join(ROOT, "envs", "mxnet-cuda.txt")) as f:
+        pins = {line.split("==")[0].strip() for line in f if "==" in line and not line.startswith("#")}
+    # NEEDED entries of mxnet-cu112's libmxnet.so, except the driver's libcuda.so.1
+    for lib in ("cuda-runtime", "cublas", "cudnn", "cufft", "curand", "cusolver", "cusparse", "nccl", "cuda-nvrtc",
+                "nvtx"):
+        assert "nvidia-%s-cu11" % lib in pins
