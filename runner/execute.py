@@ -142,6 +142,9 @@ def run_target(target: Target, opts: RunOptions, announce=print) -> dict:
         reason = target.gpu_unsupported(envinfo.compute_capability(opts.gpu or {}))
         if reason:
             return finish("skipped", reason)
+    if opts.device == "cuda" and opts.precision in target.unsupported_gpu_precisions:
+        why = target.unsupported_gpu_precisions[opts.precision]
+        return finish("skipped", "precision %s: %s" % (opts.precision, why))
     # 2. its environment and kernel
     env = ENVS[target.env]
     try:

@@ -35,13 +35,15 @@ class Target:
     """One row: a notebook run in an environment with fixed extra parameters."""
 
     def __init__(self, name: str, label: str, notebook: str, env: str, parameters: Optional[dict] = None,
-                 gpu_unsupported: Optional[Callable[[Optional[float]], Optional[str]]] = None):
+                 gpu_unsupported: Optional[Callable[[Optional[float]], Optional[str]]] = None,
+                 unsupported_gpu_precisions: Optional[Dict[str, str]] = None):
         self.name = name
         self.label = label
         self.notebook = notebook
         self.env = env
         self.parameters = parameters or {}
         self.gpu_unsupported = gpu_unsupported  # compute capability -> reason it cannot run, or None
+        self.unsupported_gpu_precisions = unsupported_gpu_precisions or {}  # precision -> why it has no GPU path
 
     @property
     def notebook_path(self) -> str:
@@ -49,11 +51,32 @@ class Target:
 
 
 # ---- MXNet: the newest GPU wheels stop at Ampere ------------------------------------------------
+#: GPU code in libmxnet.so of mxnet-cu112 and mxnet-cu117 1.9.1 (the last MXNet release): machine code
+#: (SASS) for these architectures and no PTX, so the driver has nothing to compile for newer GPUs.
+MXNET_GPU_SASS = (50, 60, 70, 80, 86)
+
+
 def mxnet_gpu_unsupported(cc: Optional[float]) -> Optional[str]:
-    if cc is not None and cc > 8.6:
-        return ("mxnet-cu112 1.9.1 (the newest MXNet GPU build) carries kernels for sm_50-sm_86 only and no PTX; "
-                "this GPU is sm_%d" % round(cc * 10))
-    return None
+    """Why MXNet 1.9.1's GPU build cannot run on a GPU of compute capability ``cc``, or None.
+
+    SASS for sm_XY runs on GPUs of major version X and minor version >= Y (sm_86 code runs on
+    Ada, sm_89), so every 5.x-8.x GPU runs it; Kepler (3.x), Hopper (9.0) and Blackwell do not.
+    """
+    if cc is None:
+        return None
+    major, minor = divmod(int(round(cc * 10)), 10)
+    if any(arch // 10 == major and arch % 10 <= minor for arch in MXNET_GPU_SASS):
+        return None
+    return ("MXNet 1.9.1's GPU wheels (mxnet-cu112, mxnet-cu117) carry machine code for sm_50-sm_86 only and no "
+            "PTX, so they cannot run on this sm_%d GPU (CUDA: no kernel image is available)" % (major * 10 + minor))
+
+
+def mxnet_kernel_env(venv: str) -> Dict[str, str]:
+    """LD_LIBRARY_PATH to the CUDA 11 libraries of NVIDIA's pip wheels (envs/mxnet-cuda.txt), which
+    libmxnet.so links but does not bundle; then the machine's own LD_LIBRARY_PATH (the driver may be
+    found through it).  Nothing for the CPU environment."""
+    libs = sorted(glob.glob(os.path.join(venv, "lib", "python3*", "site-packages", "nvidia", "*", "lib")))
+    return {"LD_LIBRARY_PATH": os.pathsep.join(libs + ["${LD_LIBRARY_PATH}"])} if libs else {}
 
 
 # ---- CNTK: CPython 3.6, OpenMPI 1.10 sonames, GPUs up to Volta ------------------------------------
@@ -107,7 +130,7 @@ def cntk_gpu_unsupported(cc: Optional[float]) -> Optional[str]:
 ENVS = OrderedDict((e.name, e) for e in [
     Env("pytorch", "PyTorch 2.13 + Keras 3"),
     Env("tensorflow", "TensorFlow 2.21 + Keras 3"),
-    Env("mxnet", "MXNet 1.9.1", python_hint="Python <= 3.11 (numpy<1.24)"),
+    Env("mxnet", "MXNet 1.9.1", python_hint="Python <= 3.11 (numpy<1.24)", kernel_env=mxnet_kernel_env),
     Env("cntk", "CNTK 2.7", python_hint="CPython 3.6 via --cntk-python",
         needs_python="no CNTK interpreter given: pass --cntk-python PATH (a shared-library CPython 3.6, e.g. from "
                      "conda create -n cntk36 python=3.6) or set DS2_CNTK_PYTHON",
@@ -118,7 +141,9 @@ ENVS = OrderedDict((e.name, e) for e in [
 TARGETS = OrderedDict((t.name, t) for t in [
     Target("pytorch", "PyTorch (torch.nn)", "PyTorch_DS2.ipynb", "pytorch"),
     Target("tensorflow", "TensorFlow (tf.keras)", "TensorFlow_DS2.ipynb", "tensorflow"),
-    Target("mxnet", "MXNet (Gluon)", "MXNet_DS2.ipynb", "mxnet", gpu_unsupported=mxnet_gpu_unsupported),
+    Target("mxnet", "MXNet (Gluon)", "MXNet_DS2.ipynb", "mxnet", gpu_unsupported=mxnet_gpu_unsupported,
+           unsupported_gpu_precisions={"bf16": "MXNet 1.9 has no bfloat16 GPU path (mx.contrib.amp casts to "
+                                               "bfloat16 on the CPU only, to float16 on a GPU)"}),
     Target("cntk", "CNTK (cntk.layers)", "CNTK_DS2.ipynb", "cntk", gpu_unsupported=cntk_gpu_unsupported),
     Target("jax", "JAX (Flax NNX)", "JAX_Flax_DS2.ipynb", "jax"),
     Target("keras-jax", "Keras 3 (JAX backend)", "Keras3_DS2.ipynb", "jax", parameters={"backend": "jax"}),
