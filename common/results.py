@@ -242,7 +242,7 @@ def _derived(row) -> Dict[str, Optional[str]]:
     rel, ok = _get(row, "checks.loss.rel_diff"), _get(row, "checks.loss.ok")
     fwd1, fwd15 = _get(row, "timing.forward_ms.1"), _get(row, "timing.forward_ms.15")
     peak = _get(row, "memory.device_peak_bytes")
-    if peak is None:
+    if peak is None and _get(row, "device.type") == "cpu":   # a CPU run's device memory is the host's
         peak = _get(row, "memory.host_peak_rss_bytes")
     status = _get(row, "status") or "?"
     return {
