@@ -101,8 +101,11 @@ class DeepMarkIterator:
         # The feature pool: twice the largest batch, so batches start at varied offsets.
         max_frames = max(UTTERANCE_SECONDS) * FRAMES_PER_SECOND
         self._max_elements = batch_size * max_frames * n_freq
+        # Drawn in float64 and rounded: NumPy's float32 sampler (dtype=np.float32) gives different
+        # values in its tail under NumPy 1.19 (CNTK's Python 3.6) and 2.x; the float64 one rounded to
+        # float32 is bit-identical in both.
         pool = np.random.Generator(np.random.PCG64(pool_seq)).standard_normal(
-            2 * self._max_elements, dtype=np.float32)
+            2 * self._max_elements).astype(np.float32)
         pool.setflags(write=False)
         self._pool = pool
         self._pool_digest = hashlib.sha256(pool.tobytes()).digest()

@@ -146,3 +146,11 @@ def test_bad_arguments(kwargs, message):
 def test_describe():
     d = DeepMarkIterator(batch_size=8, scale=1, seed=0).describe()
     assert d["utterances"] == 100 and d["audio_seconds"] == 594 and d["batches"] == 21
+
+
+def test_checksums_are_pinned_across_numpy_versions():
+    """The same data under NumPy 1.19 (CNTK's Python 3.6) and 2.x: pinned values, computed with both."""
+    assert DeepMarkIterator(8, 1, seed=0).expected_checksum() == \
+        "46a5fb87b1c8ef55c89f4512fddd3308424e000c9d387a863b3db10402a2ba2a"
+    assert DeepMarkIterator(32, 1280, seed=0).expected_checksum() == \
+        "9269ed3b9e3113298639bd6945076f7511466aae6e86525925a2ed94be969d5e"
