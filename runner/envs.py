@@ -92,7 +92,7 @@ def ensure(env: Env, device: str, python: Optional[str] = None, announce=print) 
         os.makedirs(ENVS_DIR, exist_ok=True)
         if os.path.exists(log):
             os.remove(log)
-        create_venv(path, req, base, stamp, log)
+        create_venv(path, req, base, stamp, log, pip=env.pip)
         if env.post_create:
             env.post_create(path)
     name = kernel_name(env, device, python)

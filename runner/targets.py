@@ -18,7 +18,7 @@ class Env:
     def __init__(self, name: str, label: str, python_hint: str = "", needs_python: Optional[str] = None,
                  needs: Optional[Callable[[], Optional[str]]] = None,
                  kernel_env: Optional[Callable[[str], Dict[str, str]]] = None,
-                 post_create: Optional[Callable[[str], None]] = None):
+                 post_create: Optional[Callable[[str], None]] = None, pip: str = "pip"):
         self.name = name
         self.label = label
         self.python_hint = python_hint          # shown by --list
@@ -26,6 +26,7 @@ class Env:
         self.needs = needs                      # returns a reason when a system prerequisite is missing
         self.kernel_env = kernel_env            # extra environment variables of the kernel (venv path -> env)
         self.post_create = post_create          # hook after pip install (venv path)
+        self.pip = pip                          # what pip is upgraded to before the pins are installed
 
     def requirements(self, device: str) -> str:
         return os.path.join(ROOT, "envs", "%s-%s.txt" % (self.name, device))
@@ -111,7 +112,8 @@ ENVS = OrderedDict((e.name, e) for e in [
     Env("cntk", "CNTK 2.7", python_hint="CPython 3.6 via --cntk-python",
         needs_python="no CNTK interpreter given: pass --cntk-python PATH (a shared-library CPython 3.6, e.g. from "
                      "conda create -n cntk36 python=3.6) or set DS2_CNTK_PYTHON",
-        needs=cntk_needs, kernel_env=cntk_kernel_env, post_create=cntk_post_create),
+        needs=cntk_needs, kernel_env=cntk_kernel_env, post_create=cntk_post_create,
+        pip="pip==21.3.1"),  # the last pip for Python 3.6
     Env("jax", "JAX + Flax + Keras 3"),
 ])
 
