@@ -6,8 +6,11 @@ one virtual environment plus Jupyter kernel, with pins in ``envs/<name>-<cpu|cud
 """
 import glob
 import os
+import subprocess
 from collections import OrderedDict
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Optional, Tuple
+
+from .bootstrap import EnvError, env_python, last_error_line
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -18,7 +21,8 @@ class Env:
     def __init__(self, name: str, label: str, python_hint: str = "", needs_python: Optional[str] = None,
                  needs: Optional[Callable[[], Optional[str]]] = None,
                  kernel_env: Optional[Callable[[str], Dict[str, str]]] = None,
-                 post_create: Optional[Callable[[str], None]] = None, pip: str = "pip"):
+                 post_create: Optional[Callable[[str], None]] = None, pip: str = "pip",
+                 python_versions: Optional[Tuple[str, ...]] = None):
         self.name = name
         self.label = label
         self.python_hint = python_hint          # shown by --list
@@ -27,6 +31,7 @@ class Env:
         self.kernel_env = kernel_env            # extra environment variables of the kernel (venv path -> env)
         self.post_create = post_create          # hook after pip install (venv path)
         self.pip = pip                          # what pip is upgraded to before the pins are installed
+        self.python_versions = python_versions  # major.minor versions its pins exist for (None: any)
 
     def requirements(self, device: str) -> str:
         return os.path.join(ROOT, "envs", "%s-%s.txt" % (self.name, device))
@@ -36,13 +41,15 @@ class Target:
     """One row: a notebook run in an environment with fixed extra parameters."""
 
     def __init__(self, name: str, label: str, notebook: str, env: str, parameters: Optional[dict] = None,
-                 gpu_unsupported: Optional[Callable[[Optional[float]], Optional[str]]] = None):
+                 gpu_unsupported: Optional[Callable[[Optional[float]], Optional[str]]] = None,
+                 precision_unsupported: Optional[Callable[[str], Optional[str]]] = None):
         self.name = name
         self.label = label
         self.notebook = notebook
         self.env = env
         self.parameters = parameters or {}
         self.gpu_unsupported = gpu_unsupported  # compute capability -> reason it cannot run, or None
+        self.precision_unsupported = precision_unsupported  # precision -> reason it cannot run, or None
 
     @property
     def notebook_path(self) -> str:
@@ -60,6 +67,7 @@ def mxnet_gpu_unsupported(cc: Optional[float]) -> Optional[str]:
 # ---- CNTK: CPython 3.6, OpenMPI 1.10 sonames, GPUs up to Volta ------------------------------------
 MPI_LIBDIRS = ["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/lib64/openmpi/lib",
                "/usr/lib/x86_64-linux-gnu/openmpi/lib"]
+#: the OpenMPI 1.10 sonames CNTK 2.7 links -> the OpenMPI 4 libraries that stand in for them
 CNTK_MPI_SONAMES = {"libmpi.so.12": "libmpi.so.40", "libmpi_cxx.so.1": "libmpi_cxx.so.40"}
 
 
@@ -71,11 +79,17 @@ def _find_lib(name: str) -> Optional[str]:
     return None
 
 
+def cntk_mpi_libraries() -> Dict[str, Optional[str]]:
+    """For each soname CNTK needs, the library that provides it: OpenMPI 1.10's own, else OpenMPI 4's."""
+    return {old: _find_lib(old) or _find_lib(new) for old, new in CNTK_MPI_SONAMES.items()}
+
+
 def cntk_needs() -> Optional[str]:
-    missing = [new for new in CNTK_MPI_SONAMES.values() if not _find_lib(new)]
+    missing = [CNTK_MPI_SONAMES[old] for old, lib in cntk_mpi_libraries().items() if not lib]
     if missing:
         return ("CNTK 2.7 links OpenMPI 1.10 (libmpi.so.12); this machine lacks OpenMPI 4's %s: install the "
-                "package libopenmpi3 (Debian/Ubuntu: apt-get install libopenmpi3)" % ", ".join(missing))
+                "package libopenmpi3 (Debian/Ubuntu: apt-get install libopenmpi3; Ubuntu 24.04: libopenmpi3t64)"
+                % ", ".join(missing))
     return None
 
 
@@ -84,17 +98,23 @@ def cntk_mpi_dir(venv: str) -> str:
 
 
 def cntk_post_create(venv: str) -> None:
-    """Make CNTK's OpenMPI 1.10 sonames resolve to OpenMPI 4 (links inside the environment)."""
+    """Make CNTK's OpenMPI 1.10 sonames resolve (links inside the environment), then import CNTK once."""
     directory = cntk_mpi_dir(venv)
     os.makedirs(directory, exist_ok=True)
-    for old, new in CNTK_MPI_SONAMES.items():
+    for old, lib in cntk_mpi_libraries().items():
         link = os.path.join(directory, old)
         if os.path.lexists(link):
             os.remove(link)
-        os.symlink(_find_lib(new), link)
+        os.symlink(lib, link)
+    proc = subprocess.run([env_python(venv), "-c", "import cntk"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          universal_newlines=True, env=dict(os.environ, **cntk_kernel_env(venv)))
+    if proc.returncode != 0:
+        raise EnvError("import cntk fails in %s: %s" % (venv, last_error_line(proc.stdout)))
 
 
 def cntk_kernel_env(venv: str) -> Dict[str, str]:
+    """The kernel's library path: the soname links only.  (CNTK's import runs ``ldconfig -N -v`` on every
+    directory of LD_LIBRARY_PATH, which as root writes soname links there: keep system directories out.)"""
     return {"LD_LIBRARY_PATH": cntk_mpi_dir(venv)}
 
 
@@ -102,6 +122,12 @@ def cntk_gpu_unsupported(cc: Optional[float]) -> Optional[str]:
     if cc is not None and cc > 7.0:
         return ("cntk-gpu 2.7 bundles CUDA 10.0 and cuDNN 7.3 with code for GPUs up to Volta (sm_70); "
                 "this GPU is sm_%d" % round(cc * 10))
+    return None
+
+
+def cntk_precision_unsupported(precision: str) -> Optional[str]:
+    if precision != "fp32":
+        return "CNTK 2.7 computes in fp32 only: its CUDA 10 predates TF32 and it has no bfloat16"
     return None
 
 
@@ -113,7 +139,7 @@ ENVS = OrderedDict((e.name, e) for e in [
         needs_python="no CNTK interpreter given: pass --cntk-python PATH (a shared-library CPython 3.6, e.g. from "
                      "conda create -n cntk36 python=3.6) or set DS2_CNTK_PYTHON",
         needs=cntk_needs, kernel_env=cntk_kernel_env, post_create=cntk_post_create,
-        pip="pip==21.3.1"),  # the last pip for Python 3.6
+        pip="pip==21.3.1", python_versions=("3.6",)),  # pip 21.3.1: the last for Python 3.6
     Env("jax", "JAX + Flax + Keras 3"),
 ])
 
@@ -121,7 +147,8 @@ TARGETS = OrderedDict((t.name, t) for t in [
     Target("pytorch", "PyTorch (torch.nn)", "PyTorch_DS2.ipynb", "pytorch"),
     Target("tensorflow", "TensorFlow (tf.keras)", "TensorFlow_DS2.ipynb", "tensorflow"),
     Target("mxnet", "MXNet (Gluon)", "MXNet_DS2.ipynb", "mxnet", gpu_unsupported=mxnet_gpu_unsupported),
-    Target("cntk", "CNTK (cntk.layers)", "CNTK_DS2.ipynb", "cntk", gpu_unsupported=cntk_gpu_unsupported),
+    Target("cntk", "CNTK (cntk.layers)", "CNTK_DS2.ipynb", "cntk", gpu_unsupported=cntk_gpu_unsupported,
+           precision_unsupported=cntk_precision_unsupported),
     Target("jax", "JAX (Flax NNX)", "JAX_Flax_DS2.ipynb", "jax"),
     Target("keras-jax", "Keras 3 (JAX backend)", "Keras3_DS2.ipynb", "jax", parameters={"backend": "jax"}),
     Target("keras-torch", "Keras 3 (torch backend)", "Keras3_DS2.ipynb", "pytorch", parameters={"backend": "torch"}),
