@@ -84,8 +84,13 @@ def run_logged(args, log_path: str, what: str, env=None, cwd=ROOT) -> None:
         raise EnvError("%s failed: %s (log: %s)" % (what, last_error_line(proc.stdout), log_path))
 
 
-def create_venv(path: str, requirements: str, base_python: str, stamp: dict, log_path: str) -> None:
-    """(Re)create a virtual environment at ``path`` with ``requirements`` installed; stamp it last."""
+def create_venv(path: str, requirements: str, base_python: str, stamp: dict, log_path: str,
+                pip: str = "pip") -> None:
+    """(Re)create a virtual environment at ``path`` with ``requirements`` installed; stamp it last.
+
+    ``pip`` is the requirement pip is upgraded to first (old interpreters need a bound: the newest
+    pip a local wheel directory offers may not support them).
+    """
     if os.path.isdir(path):
         shutil.rmtree(path)
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -94,7 +99,7 @@ def create_venv(path: str, requirements: str, base_python: str, stamp: dict, log
     else:
         run_logged([base_python, "-m", "venv", path], log_path, "creating a virtual environment with %s" % base_python)
     py = env_python(path)
-    run_logged([py, "-m", "pip", "install", "--upgrade", "pip"], log_path, "upgrading pip in %s" % path)
+    run_logged([py, "-m", "pip", "install", "--upgrade", pip], log_path, "upgrading pip in %s" % path)
     run_logged([py, "-m", "pip", "install", "-r", requirements], log_path,
                "pip install -r %s" % os.path.relpath(requirements, ROOT))
     write_stamp(path, stamp)

@@ -12,7 +12,8 @@ import subprocess
 import sys
 from typing import Optional
 
-from .bootstrap import ENVS_DIR, ROOT, EnvError, atomic_write_text, create_venv, env_python, file_digest, read_stamp, run_logged
+from .bootstrap import (ENVS_DIR, ROOT, STAMP, EnvError, atomic_write_text, create_venv, env_python, file_digest,
+                        read_stamp, run_logged)
 from .targets import Env
 
 
@@ -83,6 +84,9 @@ def ensure(env: Env, device: str, python: Optional[str] = None, announce=print) 
             raise EnvError(reason)
     path = env_path(env, device, python)
     version = python_version(base)
+    if env.python_versions and ".".join(version.split(".")[:2]) not in env.python_versions:
+        raise EnvError("%s needs Python %s; %s is Python %s"
+                       % (env.label, " or ".join(env.python_versions), base, version))
     stamp = {"requirements": file_digest(req), "python": os.path.realpath(base), "python_version": version}
     log = os.path.join(ENVS_DIR, "%s.log" % os.path.basename(path))
     fresh = read_stamp(path) != stamp or not os.path.exists(env_python(path))
@@ -92,9 +96,13 @@ def ensure(env: Env, device: str, python: Optional[str] = None, announce=print) 
         os.makedirs(ENVS_DIR, exist_ok=True)
         if os.path.exists(log):
             os.remove(log)
-        create_venv(path, req, base, stamp, log)
+        create_venv(path, req, base, stamp, log, pip=env.pip)
         if env.post_create:
-            env.post_create(path)
+            try:
+                env.post_create(path)
+            except BaseException:
+                os.remove(os.path.join(path, STAMP))   # not ready: rebuilt next time
+                raise
     name = kernel_name(env, device, python)
     spec_dir = os.path.join(kernels_prefix(), "share", "jupyter", "kernels", name)
     if fresh or not os.path.exists(os.path.join(spec_dir, "kernel.json")):

@@ -112,6 +112,13 @@ def papermill_reason(exc: BaseException, timeout: Optional[float]) -> str:
     return "%s: %s" % (name, results.one_line(str(exc)))
 
 
+def notebook_parameters(target: Target, opts: RunOptions, result_path: str) -> dict:
+    """What papermill writes into the notebook's ``parameters`` cell."""
+    return dict(preset=opts.preset.name, batch_size=opts.preset.batch_size, scale=opts.preset.scale,
+                precision=opts.precision, seed=opts.seed, device=opts.device, result_path=result_path,
+                target=target.name, **target.parameters)
+
+
 def run_target(target: Target, opts: RunOptions, announce=print) -> dict:
     """Run ``target`` and write its record; returns the record."""
     started = results.utc_now()
@@ -154,9 +161,7 @@ def run_target(target: Target, opts: RunOptions, announce=print) -> dict:
         return finish("skipped" if missing else "failed", "environment %s: %s" % (env.name, e))
     # 3. the notebook
     import papermill as pm
-    parameters = dict(preset=opts.preset.name, batch_size=opts.preset.batch_size, scale=opts.preset.scale,
-                      precision=opts.precision, seed=opts.seed, device=opts.device, result_path=staged,
-                      target=target.name, **target.parameters)
+    parameters = notebook_parameters(target, opts, staged)
     if os.path.exists(staged):
         os.remove(staged)
     partial_nb = notebook_out[:-len(".ipynb")] + ".partial.ipynb"

@@ -6,8 +6,11 @@ one virtual environment plus Jupyter kernel, with pins in ``envs/<name>-<cpu|cud
 """
 import glob
 import os
+import subprocess
 from collections import OrderedDict
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Optional, Tuple
+
+from .bootstrap import EnvError, env_python, last_error_line
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -18,7 +21,8 @@ class Env:
     def __init__(self, name: str, label: str, python_hint: str = "", needs_python: Optional[str] = None,
                  needs: Optional[Callable[[], Optional[str]]] = None,
                  kernel_env: Optional[Callable[[str], Dict[str, str]]] = None,
-                 post_create: Optional[Callable[[str], None]] = None):
+                 post_create: Optional[Callable[[str], None]] = None, pip: str = "pip",
+                 python_versions: Optional[Tuple[str, ...]] = None):
         self.name = name
         self.label = label
         self.python_hint = python_hint          # shown by --list
@@ -26,6 +30,8 @@ class Env:
         self.needs = needs                      # returns a reason when a system prerequisite is missing
         self.kernel_env = kernel_env            # extra environment variables of the kernel (venv path -> env)
         self.post_create = post_create          # hook after pip install (venv path)
+        self.pip = pip                          # what pip is upgraded to before the pins are installed
+        self.python_versions = python_versions  # major.minor versions its pins exist for (None: any)
 
     def requirements(self, device: str) -> str:
         return os.path.join(ROOT, "envs", "%s-%s.txt" % (self.name, device))
@@ -82,6 +88,7 @@ def mxnet_kernel_env(venv: str) -> Dict[str, str]:
 # ---- CNTK: CPython 3.6, OpenMPI 1.10 sonames, GPUs up to Volta ------------------------------------
 MPI_LIBDIRS = ["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/lib64/openmpi/lib",
                "/usr/lib/x86_64-linux-gnu/openmpi/lib"]
+#: the OpenMPI 1.10 sonames CNTK 2.7 links -> the OpenMPI 4 libraries that stand in for them
 CNTK_MPI_SONAMES = {"libmpi.so.12": "libmpi.so.40", "libmpi_cxx.so.1": "libmpi_cxx.so.40"}
 
 
@@ -93,11 +100,17 @@ def _find_lib(name: str) -> Optional[str]:
     return None
 
 
+def cntk_mpi_libraries() -> Dict[str, Optional[str]]:
+    """For each soname CNTK needs, the library that provides it: OpenMPI 1.10's own, else OpenMPI 4's."""
+    return {old: _find_lib(old) or _find_lib(new) for old, new in CNTK_MPI_SONAMES.items()}
+
+
 def cntk_needs() -> Optional[str]:
-    missing = [new for new in CNTK_MPI_SONAMES.values() if not _find_lib(new)]
+    missing = [CNTK_MPI_SONAMES[old] for old, lib in cntk_mpi_libraries().items() if not lib]
     if missing:
         return ("CNTK 2.7 links OpenMPI 1.10 (libmpi.so.12); this machine lacks OpenMPI 4's %s: install the "
-                "package libopenmpi3 (Debian/Ubuntu: apt-get install libopenmpi3)" % ", ".join(missing))
+                "package libopenmpi3 (Debian/Ubuntu: apt-get install libopenmpi3; Ubuntu 24.04: libopenmpi3t64)"
+                % ", ".join(missing))
     return None
 
 
@@ -106,17 +119,23 @@ def cntk_mpi_dir(venv: str) -> str:
 
 
 def cntk_post_create(venv: str) -> None:
-    """Make CNTK's OpenMPI 1.10 sonames resolve to OpenMPI 4 (links inside the environment)."""
+    """Make CNTK's OpenMPI 1.10 sonames resolve (links inside the environment), then import CNTK once."""
     directory = cntk_mpi_dir(venv)
     os.makedirs(directory, exist_ok=True)
-    for old, new in CNTK_MPI_SONAMES.items():
+    for old, lib in cntk_mpi_libraries().items():
         link = os.path.join(directory, old)
         if os.path.lexists(link):
             os.remove(link)
-        os.symlink(_find_lib(new), link)
+        os.symlink(lib, link)
+    proc = subprocess.run([env_python(venv), "-c", "import cntk"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          universal_newlines=True, env=dict(os.environ, **cntk_kernel_env(venv)))
+    if proc.returncode != 0:
+        raise EnvError("import cntk fails in %s: %s" % (venv, last_error_line(proc.stdout)))
 
 
 def cntk_kernel_env(venv: str) -> Dict[str, str]:
+    """The kernel's library path: the soname links only.  (CNTK's import runs ``ldconfig -N -v`` on every
+    directory of LD_LIBRARY_PATH, which as root writes soname links there: keep system directories out.)"""
     return {"LD_LIBRARY_PATH": cntk_mpi_dir(venv)}
 
 
@@ -127,6 +146,11 @@ def cntk_gpu_unsupported(cc: Optional[float]) -> Optional[str]:
     return None
 
 
+#: CNTK computes in fp32 only: its CUDA 10 predates TF32 and it has no bfloat16
+CNTK_UNSUPPORTED_PRECISIONS = {
+    p: "CNTK 2.7 computes in fp32 only: its CUDA 10 predates TF32 and it has no bfloat16" for p in ("tf32", "bf16")}
+
+
 ENVS = OrderedDict((e.name, e) for e in [
     Env("pytorch", "PyTorch 2.13 + Keras 3"),
     Env("tensorflow", "TensorFlow 2.21 + Keras 3"),
@@ -134,7 +158,8 @@ ENVS = OrderedDict((e.name, e) for e in [
     Env("cntk", "CNTK 2.7", python_hint="CPython 3.6 via --cntk-python",
         needs_python="no CNTK interpreter given: pass --cntk-python PATH (a shared-library CPython 3.6, e.g. from "
                      "conda create -n cntk36 python=3.6) or set DS2_CNTK_PYTHON",
-        needs=cntk_needs, kernel_env=cntk_kernel_env, post_create=cntk_post_create),
+        needs=cntk_needs, kernel_env=cntk_kernel_env, post_create=cntk_post_create,
+        pip="pip==21.3.1", python_versions=("3.6",)),  # pip 21.3.1: the last for Python 3.6
     Env("jax", "JAX + Flax + Keras 3"),
 ])
 
@@ -144,7 +169,8 @@ TARGETS = OrderedDict((t.name, t) for t in [
     Target("mxnet", "MXNet (Gluon)", "MXNet_DS2.ipynb", "mxnet", gpu_unsupported=mxnet_gpu_unsupported,
            unsupported_gpu_precisions={"bf16": "MXNet 1.9 has no bfloat16 GPU path (mx.contrib.amp casts to "
                                                "bfloat16 on the CPU only, to float16 on a GPU)"}),
-    Target("cntk", "CNTK (cntk.layers)", "CNTK_DS2.ipynb", "cntk", gpu_unsupported=cntk_gpu_unsupported),
+    Target("cntk", "CNTK (cntk.layers)", "CNTK_DS2.ipynb", "cntk", gpu_unsupported=cntk_gpu_unsupported,
+           unsupported_gpu_precisions=CNTK_UNSUPPORTED_PRECISIONS),
     Target("jax", "JAX (Flax NNX)", "JAX_Flax_DS2.ipynb", "jax"),
     Target("keras-jax", "Keras 3 (JAX backend)", "Keras3_DS2.ipynb", "jax", parameters={"backend": "jax"}),
     Target("keras-torch", "Keras 3 (torch backend)", "Keras3_DS2.ipynb", "pytorch", parameters={"backend": "torch"}),

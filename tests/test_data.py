@@ -146,3 +146,11 @@ def test_bad_arguments(kwargs, message):
 def test_describe():
     d = DeepMarkIterator(batch_size=8, scale=1, seed=0).describe()
     assert d["utterances"] == 100 and d["audio_seconds"] == 594 and d["batches"] == 21
+
+
+def test_checksums_are_pinned_across_numpy_versions():
+    """The same data under NumPy 1.19 (CNTK's Python 3.6) and 2.x: pinned values, computed with both."""
+    assert DeepMarkIterator(8, 1, seed=0).expected_checksum() == \
+        "63bc287789a175a387e875f37b91d5b5eb2d9d365cf85e3796cec553b0c07d0d"
+    assert DeepMarkIterator(32, 1280, seed=0).expected_checksum() == \
+        "e5da1c5f80358469d599185356bb88ea32212bfdcc3632d897db72f7a099526f"
