@@ -104,7 +104,7 @@ def papermill_reason(exc: BaseException, timeout: Optional[float]) -> str:
     if name == "PapermillExecutionError":
         return "%s: %s" % (exc.ename, results.one_line(str(exc.evalue)))
     if name == "DeadKernelError":
-        return "the kernel died (killed for memory?): %s" % results.one_line(str(exc))
+        return "the kernel died (killed for memory?; see its log in results/logs): %s" % results.one_line(str(exc))
     if name == "CellTimeoutError" or isinstance(exc, TimeoutError):
         return "a cell ran past the %s s timeout" % (timeout,)
     if name == "NoSuchKernel":
@@ -119,6 +119,24 @@ def notebook_parameters(target: Target, opts: RunOptions, result_path: str) -> d
                 target=target.name, **target.parameters)
 
 
+def kernel_manager_logging_to(log_path: str):
+    """A Jupyter kernel manager whose kernel writes its own stdout and stderr (C++ logs of the
+    frameworks, warnings printed before a cell runs) to ``log_path`` instead of this terminal."""
+    from jupyter_client.manager import AsyncKernelManager
+
+    class LoggingKernelManager(AsyncKernelManager):
+        async def start_kernel(self, **kw):
+            log = open(log_path, "a")
+            kw.setdefault("stdout", log)
+            kw.setdefault("stderr", log)
+            try:
+                return await super().start_kernel(**kw)
+            finally:
+                log.close()             # the kernel process holds its own descriptor
+
+    return LoggingKernelManager
+
+
 def run_target(target: Target, opts: RunOptions, announce=print) -> dict:
     """Run ``target`` and write its record; returns the record."""
     started = results.utc_now()
@@ -126,7 +144,8 @@ def run_target(target: Target, opts: RunOptions, announce=print) -> dict:
     records_dir = os.path.join(opts.results_dir, "records")
     notebooks_dir = os.path.join(opts.results_dir, "notebooks")
     staging_dir = os.path.join(opts.results_dir, ".staging")
-    for d in (records_dir, notebooks_dir, staging_dir):
+    logs_dir = os.path.join(opts.results_dir, "logs")          # the kernels' own output (not committed)
+    for d in (records_dir, notebooks_dir, staging_dir, logs_dir):
         os.makedirs(d, exist_ok=True)
     record_path = os.path.join(records_dir, stem + ".json")
     notebook_out = os.path.join(notebooks_dir, stem + ".ipynb")
@@ -165,11 +184,15 @@ def run_target(target: Target, opts: RunOptions, announce=print) -> dict:
     if os.path.exists(staged):
         os.remove(staged)
     partial_nb = notebook_out[:-len(".ipynb")] + ".partial.ipynb"
+    kernel_log = os.path.join(logs_dir, stem + ".kernel.log")
+    if os.path.exists(kernel_log):
+        os.remove(kernel_log)
     t0 = time.time()
     try:
         pm.execute_notebook(target.notebook_path, partial_nb, parameters=parameters, kernel_name=kernel,
                             cwd=os.path.dirname(target.notebook_path), execution_timeout=opts.timeout,
-                            progress_bar=opts.progress, log_output=False, report_mode=False)
+                            progress_bar=opts.progress, log_output=False, report_mode=False,
+                            kernel_manager_class=kernel_manager_logging_to(kernel_log))
     except KeyboardInterrupt:
         _keep(partial_nb, notebook_out)
         finish("failed", "interrupted by the user", notebook_out)
