@@ -48,8 +48,10 @@ def git_commit() -> Optional[str]:
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, stdout=subprocess.PIPE,
                              stderr=subprocess.DEVNULL, universal_newlines=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, universal_newlines=True).stdout
+        # "-dirty" when the code differs from the commit; the generated results/ and results.md do not count
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!results",
+                                ":!results.md"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                               universal_newlines=True).stdout
     except OSError:
         return None
     return (sha + ("-dirty" if dirty.strip() else "")) if sha else None
