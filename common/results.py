@@ -158,12 +158,19 @@ def write_record(path: str, record: dict) -> str:
     validate(record)
     record.setdefault("run", {}).setdefault("finished", utc_now())
     text = json.dumps(_finite(json.loads(json.dumps(record, default=_json_default))), indent=1, sort_keys=False)
+    atomic_write_text(path, text + "\n")
+    return path
+
+
+def atomic_write_text(path: str, text: str) -> None:
+    """Write a text file atomically: a temporary file in the same directory, flushed to disk, then
+    renamed into place -- a reader sees the old file or the new one, never half of one."""
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".partial", dir=directory)
     try:
         with os.fdopen(fd, "w") as f:
-            f.write(text + "\n")
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, 0o644)                       # mkstemp makes 0600 files
@@ -172,7 +179,6 @@ def write_record(path: str, record: dict) -> str:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
-    return path
 
 
 def read_record(path: str) -> dict:

@@ -11,8 +11,9 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import venv
+
+from common.results import atomic_write_text  # standard library only, like this module
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENVS_DIR = os.path.abspath(os.environ.get("DS2_ENVS_DIR", os.path.join(ROOT, ".venvs")))
@@ -42,22 +43,6 @@ def read_stamp(path: str) -> dict:
             return json.load(f)
     except (OSError, ValueError):
         return {}
-
-
-def atomic_write_text(path: str, text: str) -> None:
-    """Write a text file atomically: a temporary file in the same directory, renamed into place."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".partial", dir=directory)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)                       # mkstemp makes 0600 files
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def write_stamp(path: str, stamp: dict) -> None:

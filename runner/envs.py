@@ -12,8 +12,9 @@ import subprocess
 import sys
 from typing import Optional
 
-from .bootstrap import (ENVS_DIR, ROOT, STAMP, EnvError, atomic_write_text, create_venv, env_python, file_digest,
-                        read_stamp, run_logged)
+from common.results import atomic_write_text
+
+from .bootstrap import ENVS_DIR, ROOT, STAMP, EnvError, create_venv, env_python, file_digest, read_stamp, run_logged
 from .targets import Env
 
 

@@ -11,8 +11,9 @@ from typing import List, Optional
 import numpy as np
 
 from common import envinfo, results
+from common.results import atomic_write_text
 
-from .bootstrap import ROOT, atomic_write_text
+from .bootstrap import ROOT
 
 K_STEPS = 10          # losses compared across frameworks: the first K training steps
 PLOTS = OrderedDict([

@@ -18,7 +18,9 @@ import sys
 from collections import OrderedDict
 from typing import Dict, List
 
-from .bootstrap import ROOT, atomic_write_text
+from common.results import atomic_write_text
+
+from .bootstrap import ROOT
 from .targets import TARGETS
 
 #: the steps, in notebook order: (tag, title, what a reader compares there)
