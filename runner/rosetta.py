@@ -134,10 +134,11 @@ const names = %s;
 const l = document.getElementById("left"), r = document.getElementById("right");
 for (const n of names) { l.add(new Option(n, n)); r.add(new Option(n, n)); }
 l.value = names[0]; r.value = names[Math.min(1, names.length - 1)];
-function show() {
+function show() {   // each step holds every framework once: show the two picked, left one first
   document.querySelectorAll("[data-fw]").forEach(function (el) {
-    const side = el.parentElement.dataset.side;
-    el.style.display = el.dataset.fw === (side === "left" ? l.value : r.value) ? "" : "none";
+    const fw = el.dataset.fw;
+    el.style.display = (fw === l.value || fw === r.value) ? "" : "none";
+    el.style.order = fw === l.value ? 0 : 1;
   });
 }
 l.onchange = show; r.onchange = show; show();
@@ -150,15 +151,12 @@ def render_html(data: "OrderedDict") -> str:
     parts = [HTML_HEAD]
     for tag, title, what in STEPS:
         parts.append("<h2>%s</h2><p class=\"what\">%s</p><div class=\"row\">" % (html.escape(title), html.escape(what)))
-        for side in ("left", "right"):
-            parts.append("<div class=\"col\" data-side=\"%s\">" % side)
-            for name in names:
-                cells = data[name].get(tag) or []
-                body = "".join(
-                    ("<div class=\"md\">%s</div>" if c["type"] == "markdown" else "<pre><code>%s</code></pre>")
-                    % html.escape(c["source"]) for c in cells) or "<p class=\"none\">no cell for this step</p>"
-                parts.append("<div data-fw=\"%s\">%s</div>" % (html.escape(name), body))
-            parts.append("</div>")
+        for name in names:
+            cells = data[name].get(tag) or []
+            body = "".join(
+                ("<div class=\"md\">%s</div>" if c["type"] == "markdown" else "<pre><code>%s</code></pre>")
+                % html.escape(c["source"]) for c in cells) or "<p class=\"none\">no cell for this step</p>"
+            parts.append("<div class=\"col\" data-fw=\"%s\"><b>%s</b>%s</div>" % (html.escape(name), html.escape(name), body))
         parts.append("</div>")
     parts.append(HTML_SCRIPT % json.dumps(names))
     return "".join(parts)
