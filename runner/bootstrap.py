@@ -84,7 +84,12 @@ def create_venv(path: str, requirements: str, base_python: str, stamp: dict, log
     else:
         run_logged([base_python, "-m", "venv", path], log_path, "creating a virtual environment with %s" % base_python)
     py = env_python(path)
-    run_logged([py, "-m", "pip", "install", "--upgrade", pip], log_path, "upgrading pip in %s" % path)
+    # The pip a new venv starts with can be old (18.1 on Python 3.6) and misreads PIP_NO_CACHE_DIR=1 as
+    # a cache path: give it the flag instead of the variable until it is upgraded.
+    env = dict(os.environ)
+    no_cache = ["--no-cache-dir"] if env.pop("PIP_NO_CACHE_DIR", None) not in (None, "", "0", "false") else []
+    run_logged([py, "-m", "pip", "install", "--upgrade"] + no_cache + [pip], log_path,
+               "upgrading pip in %s" % path, env=env)
     run_logged([py, "-m", "pip", "install", "-r", requirements], log_path,
                "pip install -r %s" % os.path.relpath(requirements, ROOT))
     write_stamp(path, stamp)
