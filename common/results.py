@@ -198,8 +198,12 @@ def read_records(directory: str) -> List[dict]:
 def load_records(directory: str):
     """The records of ``directory`` as a pandas DataFrame, nested fields flattened with dots
     (``timing.audio_s_per_s``); one row per record."""
+    return records_frame(read_records(directory))
+
+
+def records_frame(records: List[dict]):
+    """Records already read, as the DataFrame of :func:`load_records`."""
     import pandas as pd
-    records = read_records(directory)
     if not records:
         return pd.DataFrame(columns=["target", "status"])
     return pd.json_normalize(records, max_level=2)

@@ -15,7 +15,7 @@ from typing import Dict, Optional
 
 from common import envinfo, results
 from common.data import DeepMarkIterator
-from common.spec import Preset
+from common.spec import Preset, get_preset
 
 from . import envs
 from .bootstrap import ROOT, EnvError
@@ -60,14 +60,9 @@ def git_commit() -> Optional[str]:
 def record_stem(target: Target, opts: RunOptions) -> str:
     p = opts.preset
     stem = "%s_%s_%s_bs%d" % (target.name, p.name, opts.precision, p.batch_size)
-    if p.scale != _default_scale(p.name):
+    if p.scale != get_preset(p.name).scale:
         stem += "_scale%d" % p.scale
     return stem + "_" + opts.device_slug
-
-
-def _default_scale(name: str) -> int:
-    from common.spec import get_preset
-    return get_preset(name).scale
 
 
 _expected_checksums = {}  # type: Dict[tuple, str]

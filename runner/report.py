@@ -261,7 +261,7 @@ def render(results_dir: str, command: str, commit: Optional[str], output: str) -
     """results.md's text; writes the plots next to the records (``<results_dir>/plots``)."""
     records_dir = _records_dir(results_dir)
     records = results.read_records(records_dir) if os.path.isdir(records_dir) else []
-    df = results.load_records(records_dir) if records else None
+    df = results.records_frame(records) if records else None
     plots_dir = os.path.join(results_dir, "plots")
     os.makedirs(plots_dir, exist_ok=True)
     made = {}

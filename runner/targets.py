@@ -10,9 +10,7 @@ import subprocess
 from collections import OrderedDict
 from typing import Callable, Dict, Optional, Tuple
 
-from .bootstrap import EnvError, env_python, last_error_line
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from .bootstrap import ROOT, EnvError, env_python, last_error_line
 
 
 class Env:
