@@ -10,7 +10,7 @@ from common.spec import PRECISIONS, PRESETS, get_preset
 
 from . import envs, execute, report
 from .bootstrap import ROOT, EnvError
-from .targets import ENVS, TARGETS, names
+from .targets import ALL_TARGETS, ENVS, TARGETS, VARIANTS, names, variants_of
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -46,7 +46,7 @@ def comma_list(choices, what):
         if not items:
             raise argparse.ArgumentTypeError("no %s given" % what)
         if items == ["all"] and what == "framework":
-            return list(choices)
+            return list(TARGETS)
         for item in items:
             if item not in choices:
                 raise argparse.ArgumentTypeError("unknown %s %r; choose from: %s" % (what, item, ", ".join(choices)))
@@ -70,8 +70,11 @@ def env_python(text: str):
 
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="run_all.py", description="Run the DS2 notebooks of every framework and write results.md.")
-    p.add_argument("--frameworks", type=comma_list(list(TARGETS), "framework"), default=list(TARGETS),
-                   help="comma-separated targets, or 'all' (default). Targets: %s" % names())
+    p.add_argument("--frameworks", type=comma_list(list(ALL_TARGETS), "framework"), default=list(TARGETS),
+                   help="comma-separated targets, or 'all' (default: every row of record). Targets: %s; "
+                        "variants: %s" % (names(), ", ".join(VARIANTS)))
+    p.add_argument("--variants", action="store_true",
+                   help="also run each selected framework's fastest known variant (its own row)")
     p.add_argument("--preset", type=preset_name, default=None,
                    help="%s (default: deepmark on a CUDA GPU, smoke otherwise)" % " | ".join(PRESETS))
     p.add_argument("--batch-size", type=positive_int, default=None, help="minibatch size (default: the preset's)")
@@ -110,7 +113,7 @@ def main(argv=None) -> int:
 
     if args.list:
         print("device: %s%s" % (device, " (%s)" % gpus[0]["name"] if gpus and device == "cuda" else ""))
-        for t in TARGETS.values():
+        for t in ALL_TARGETS.values():
             env = ENVS[t.env]
             state = envs.status(env, device, pythons.get(env.name))
             present = "" if os.path.exists(t.notebook_path) else "  [notebook missing]"
@@ -122,7 +125,9 @@ def main(argv=None) -> int:
         print("No --preset given: %s (%s)." % (args.preset, "a CUDA GPU is visible" if device == "cuda"
                                                  else "no CUDA GPU visible; use a GPU machine for the real benchmark"))
     preset = get_preset(args.preset).with_overrides(batch_size=args.batch_size, scale=args.scale)
-    targets = [TARGETS[name] for name in args.frameworks]
+    targets = [ALL_TARGETS[name] for name in args.frameworks]
+    if args.variants:
+        targets += [v for t in list(targets) for v in variants_of(t.name) if v not in targets]
 
     if args.setup_only:
         failed = 0
