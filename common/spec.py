@@ -134,6 +134,33 @@ class DS2Config:
         })
         return shapes
 
+    def bn_names(self) -> Tuple[str, ...]:
+        """The BatchNorm layers, in model order: conv1.bn, conv2.bn, bd{i}.bn, fc.bn."""
+        return ("conv1.bn", "conv2.bn") + tuple("bd%d.bn" % i for i in range(1, self.rnn_layers + 1)) + ("fc.bn",)
+
+    def running_stat_shapes(self) -> Dict[str, Tuple[int, ...]]:
+        """The BatchNorm running statistics of the canonical format: ``<bn>.mean`` and ``<bn>.var``.
+
+        Not trainable (not in :attr:`param_count`).  Initialised 0 and 1 and updated in training mode as
+        ``r = (1 - bn_momentum) * r + bn_momentum * batch``, where the batch variance is the **unbiased**
+        one (n / (n - 1) times the biased variance that normalises the batch, n = the number of values per
+        feature: N x F x T' for the convolutions, N x T/4 for the sequences) -- PyTorch's and cuDNN's
+        convention.  Keras, Flax and MXNet store the biased one instead (the README's migration notes say
+        what each framework stores and how large the difference is).
+        """
+        widths = [self.conv_channels, self.conv_channels] + list(self.rnn_input_widths()) + [self.rnn_hidden]
+        shapes = {}
+        for name, width in zip(self.bn_names(), widths):
+            shapes[name + ".mean"] = (width,)
+            shapes[name + ".var"] = (width,)
+        return shapes
+
+    def state_shapes(self) -> Dict[str, Tuple[int, ...]]:
+        """Everything a trained model holds in the canonical format: parameters and running statistics."""
+        shapes = dict(self.param_shapes())
+        shapes.update(self.running_stat_shapes())
+        return shapes
+
     @property
     def param_count(self) -> int:
         """Canonical trainable parameter count: one bias per RNN direction (92,244,637)."""
