@@ -261,6 +261,13 @@ def test_two_workers_rank0_writes_the_record_the_runner_completes_it(tmp_path, t
     assert rec["status"] == "ok" and eq["ok"] is True and eq["steps_compared"] == 10, eq
     assert eq["loss_rel_diff"] < 1e-12 and eq["param_rel_diff"] < 1e-12 and eq["checksum_equal"]
 
+    # results.md: the table of record says "2 workers", the data-parallel section compares with one worker
+    from runner import report
+    text = report.render(str(tmp_path), "cmd", None, str(tmp_path / "results.md"))
+    assert "## Data-parallel: W workers against one" in text and "standard library / 2 workers" in text
+    row = [l for l in text.splitlines() if l.startswith("| fixture fp32 | ok | 2 | python | files | 4 / 8 |")]
+    assert len(row) == 1 and row[0].endswith("| pass |"), text
+
 
 def test_a_failing_worker_is_a_failed_row_naming_its_rank(tmp_path, tag):
     t0 = time.time()
