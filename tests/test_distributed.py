@@ -339,6 +339,75 @@ def test_ctrl_c_leaves_no_worker(tmp_path, tag):
     _ctrl_c(tmp_path, tag, sys.executable, "python", "files")
 
 
+# ---- launch() with a plain script: mpiexec, Python 3.6 (CNTK's interpreter), a runner killed outright ----
+SCRIPT = """
+import os, sys, time
+sys.path.insert(0, %(root)r)
+from common.parallel import world_from_env
+from common.data import DeepMarkIterator
+w = world_from_env()
+shard = DeepMarkIterator(8, 1, 0).batch(4).shard(w.rank, w.world_size)
+print("rank %%d of %%d via %%s: %%d utterances, Python %%s" %% (w.rank, w.world_size, w.source, shard.batch_size,
+                                                         sys.version.split()[0]))
+if os.environ.get("FAIL_RANK") == str(w.rank):
+    raise RuntimeError("boom from rank %%d" %% w.rank)
+if os.environ.get("SLEEP"):
+    time.sleep(float(os.environ["SLEEP"]))
+"""
+CNTK_PYTHONS = [p for p in (env_python(os.path.join(ENVS_DIR, d)) for d in sorted(os.listdir(ENVS_DIR))
+                            if d.startswith("cntk-cpu")) if os.path.exists(p)] if os.path.isdir(ENVS_DIR) else []
+
+
+def _launch(tmp_path, launcher, python=sys.executable, timeout=60, **env):
+    script = tmp_path / "script.py"
+    script.write_text(SCRIPT % {"root": ROOT})
+    res = distributed.launch(distributed.LAUNCHERS[launcher], python, str(script), 2, str(tmp_path / "log"),
+                             str(tmp_path / "status"), cwd=str(tmp_path), timeout=timeout,
+                             env=dict(os.environ, **env), grace=2)
+    logs = [(tmp_path / ("log.rank%d.log" % r)).read_text() for r in range(2)]
+    return res, logs
+
+
+@pytest.mark.skipif(not distributed._which("mpiexec"), reason="no mpiexec (apt-get install openmpi-bin)")
+def test_mpiexec_launcher(tmp_path, tag):
+    res, logs = _launch(tmp_path, "mpiexec")
+    assert res.ok and res.returncodes == [0], res.reason
+    assert "mpiexec --allow-run-as-root --oversubscribe -n 2" in res.commands[0]
+    for r, log in enumerate(logs):
+        assert "rank %d of 2 via OMPI_COMM_WORLD_RANK: %d utterances" % (r, [2, 1][r]) in log
+    res, _ = _launch(tmp_path, "mpiexec", FAIL_RANK="1")
+    assert not res.ok and res.reason == "rank 1 failed: RuntimeError: boom from rank 1"
+
+
+@pytest.mark.skipif(not CNTK_PYTHONS, reason="no CNTK (Python 3.6) environment in %s" % ENVS_DIR)
+def test_worker_and_sharding_run_on_python36(tmp_path, tag):
+    res, logs = _launch(tmp_path, "python", python=CNTK_PYTHONS[0])
+    assert res.ok, res.reason
+    assert "rank 1 of 2 via RANK: 1 utterances, Python 3.6" in logs[1]
+
+
+def test_a_runner_killed_outright_takes_its_workers_along(tmp_path, tag):
+    """SIGKILL leaves the runner no time to clean up: the workers' parent-death signal (SIGTERM) ends them."""
+    code = ("import os, sys; sys.path.insert(0, %r)\n"
+            "from runner import distributed\n"
+            "open(%r, 'w').write('x')\n"
+            "distributed.launch(distributed.LAUNCHERS['python'], sys.executable, %r, 2, %r, %r, cwd=%r)\n"
+            % (ROOT, str(tmp_path / "started"), str(tmp_path / "script.py"), str(tmp_path / "log"),
+               str(tmp_path / "status"), str(tmp_path)))
+    (tmp_path / "script.py").write_text(SCRIPT % {"root": ROOT})
+    runner = subprocess.Popen([sys.executable, "-c", code], env=dict(os.environ, SLEEP="300"))
+    deadline = time.time() + 60
+    while len(distributed.marked_processes(tag, name="DS2_TEST_TAG")) < 3 and time.time() < deadline:
+        time.sleep(0.2)
+    time.sleep(1)
+    assert len(distributed.marked_processes(tag, name="DS2_TEST_TAG")) == 3    # the runner and 2 workers
+    runner.kill()
+    runner.wait()
+    deadline = time.time() + 20
+    while distributed.marked_processes(tag, name="DS2_TEST_TAG") and time.time() < deadline:
+        time.sleep(0.2)
+
+
 # ---- torchrun + gloo, end to end (the PyTorch environment) ---------------------------------------------
 needs_torch = pytest.mark.skipif(not os.path.exists(TORCH_PYTHON), reason="no pytorch-cpu environment in %s" % ENVS_DIR)
 
