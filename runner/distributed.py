@@ -114,8 +114,9 @@ LAUNCHERS = OrderedDict((l.name, l) for l in [
     Launcher("torchrun", "torchrun", "gloo (CPU) / nccl (CUDA), chosen by the notebook",
              "<venv>/bin/torchrun --standalone --nnodes 1 --nproc_per_node W --max-restarts 0 "
              "runner/dp_worker.py ... script.py",
-             ran_here="yes: tests/fixtures/dp_torch_fixture.ipynb (gloo all_reduce, W=2, pytorch-cpu) through "
-                      "this launcher; the DS2 PyTorch notebook has no data-parallel code yet",
+             ran_here="yes: tests/fixtures/dp_fixture.ipynb with collective='gloo' (torch.distributed all_reduce, "
+                      "W=2, pytorch-cpu): ok, a failing rank, Ctrl-C; the DS2 PyTorch notebook has no data-parallel "
+                      "code yet",
              multinode="on every host: torchrun --nnodes N --node_rank R --nproc_per_node G "
                        "--rdzv_backend c10d --rdzv_endpoint HOST0:29400 --rdzv_id JOB script.py (not run here)"),
     Launcher("tf_config", "processes", "MultiWorkerMirroredStrategy, RING (CPU) / NCCL (CUDA) collectives",
@@ -136,7 +137,8 @@ LAUNCHERS = OrderedDict((l.name, l) for l in [
     Launcher("mpiexec", "mpiexec", "OpenMPI (CNTK data_parallel_distributed_learner)",
              "mpiexec --allow-run-as-root --oversubscribe -n W -x LD_LIBRARY_PATH=<venv>/mpi-compat "
              "-x DS2_DP_RUN <venv>/bin/python runner/dp_worker.py ... script.py",
-             ran_here="no: issue #16 (mpiexec + CNTK ran by hand, FRAMEWORK_NOTES i)",
+             ran_here="yes for a standard-library script (tests: ok, a failing rank); CNTK itself: no, issue #16 "
+                      "(mpiexec + CNTK ran by hand, FRAMEWORK_NOTES i)",
              multinode="mpiexec --hostfile HOSTS -n N ... (a hostfile line per host: 'host slots=G'; "
                        "password-less ssh between hosts) (not run here)",
              extra_env=_cntk_env),
@@ -145,7 +147,7 @@ LAUNCHERS = OrderedDict((l.name, l) for l in [
              "<venv>/bin/python runner/dp_worker.py ... script.py (workers=W)",
              ran_here="no: issue #16 (kvstore 'device' ran by hand, FRAMEWORK_NOTES i); multi-process "
                       "dist_sync needs a scheduler and servers started by hand",
-             multinode="MXNet dist_sync: DMLC_ROLE=scheduler|server|worker, DMLC_PS_ROOT_URI/PORT, "
+             multinode="MXNet dist_sync: DMLC_ROLE=scheduler, server or worker, DMLC_PS_ROOT_URI/PORT, "
                        "DMLC_NUM_SERVER, DMLC_NUM_WORKER on every process (not run here)"),
     Launcher("python", "processes", "whatever the script initialises (torchrun's env:// variables are set)",
              "W x python runner/dp_worker.py ... script.py, each with RANK, WORLD_SIZE, LOCAL_RANK, "
