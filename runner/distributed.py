@@ -122,7 +122,8 @@ LAUNCHERS = OrderedDict((l.name, l) for l in [
     Launcher("tf_config", "processes", "MultiWorkerMirroredStrategy, RING (CPU) / NCCL (CUDA) collectives",
              "W x <venv>/bin/python runner/dp_worker.py ... script.py, each with TF_CONFIG = "
              "{cluster: {worker: [127.0.0.1:P0, ...]}, task: {type: worker, index: r}}",
-             ran_here="no: not through this launcher (MWMS with TF_CONFIG ran by hand, FRAMEWORK_NOTES i)",
+             ran_here="yes: tests/fixtures/dp_fixture.ipynb with collective='tf' (MWMS strategy.reduce SUM, W=2, "
+                      "tensorflow-cpu); the DS2 TensorFlow and Keras notebooks have no data-parallel code yet",
              multinode="one process per host (or per GPU) with TF_CONFIG listing every worker's HOST:PORT "
                        "and its own index (not run here)",
              rank_env=_tf_env, ports=-1),         # -1: one port per worker
@@ -130,7 +131,9 @@ LAUNCHERS = OrderedDict((l.name, l) for l in [
              "W x <venv>/bin/python runner/dp_worker.py ... script.py, each with DS2_COORDINATOR="
              "JAX_COORDINATOR_ADDRESS=127.0.0.1:P, DS2_NUM_PROCESSES=W, DS2_PROCESS_ID=r; the notebook calls "
              "jax.distributed.initialize(DS2_COORDINATOR, num_processes, process_id)",
-             ran_here="no: not through this launcher (2 processes by hand, FRAMEWORK_NOTES i)",
+             ran_here="yes: tests/fixtures/dp_fixture.ipynb with collective='jax' (jax.distributed.initialize, "
+                      "process_allgather over gloo, W=2, jax-cpu); the DS2 JAX and Keras notebooks have no "
+                      "data-parallel code yet",
              multinode="one process per host, DS2_COORDINATOR=HOST0:PORT on every host, DS2_PROCESS_ID = the "
                        "host's index (not run here)",
              rank_env=_jax_env, ports=1),

@@ -195,6 +195,7 @@ def test_export_script_injects_papermill_parameters(tmp_path):
 
 def test_launcher_table_names_every_target_and_what_ran():
     table = distributed.launcher_table_markdown()
+    assert table in open(os.path.join(ROOT, "README.md")).read(), "README's launcher table is out of date"
     for name in ("torchrun", "tf_config", "jax", "mpiexec", "single", "python"):
         assert "| %s |" % name in table
     assert "not run here" in table
@@ -433,6 +434,25 @@ def test_torchrun_failing_rank_is_named_and_nothing_survives(tmp_path, tag):
 @needs_torch
 def test_torchrun_ctrl_c_leaves_no_worker(tmp_path, tag):
     _ctrl_c(tmp_path, tag, TORCH_PYTHON, "torchrun", "gloo")
+
+
+# ---- the JAX and TF_CONFIG launchers, end to end (their environments) ----------------------------------
+JAX_PYTHON = env_python(os.path.join(ENVS_DIR, "jax-cpu"))
+TF_PYTHON = env_python(os.path.join(ENVS_DIR, "tensorflow-cpu"))
+
+
+@pytest.mark.parametrize("launcher, python, collective, backend", [
+    ("jax", JAX_PYTHON, "jax", "jax.distributed (2 processes)"),
+    ("tf_config", TF_PYTHON, "tf", "MultiWorkerMirroredStrategy (2 replicas)"),
+])
+def test_jax_and_tf_config_launchers_end_to_end(tmp_path, tag, launcher, python, collective, backend):
+    if not os.path.exists(python):
+        pytest.skip("no %s environment in %s" % (os.path.basename(os.path.dirname(os.path.dirname(python))), ENVS_DIR))
+    rec, target, opts = _fixture_run(tmp_path, python=python, launcher=launcher, collective=collective)
+    assert rec["status"] == "ok", rec["error"]
+    assert rec["distributed"]["backend"] == backend and rec["distributed"]["launcher"] == launcher
+    eq = parallel.equivalence(rec, _single_worker_record(tmp_path, target, opts))
+    assert eq["ok"] and eq["loss_rel_diff"] < 1e-12, eq
 
 
 # ---- run_all.py --workers --------------------------------------------------------------------------------
