@@ -140,8 +140,9 @@ LAUNCHERS = OrderedDict((l.name, l) for l in [
     Launcher("mpiexec", "mpiexec", "OpenMPI (CNTK data_parallel_distributed_learner)",
              "mpiexec --allow-run-as-root --oversubscribe -n W -x LD_LIBRARY_PATH=<venv>/mpi-compat "
              "-x DS2_DP_RUN <venv>/bin/python runner/dp_worker.py ... script.py",
-             ran_here="yes for a standard-library script (tests: ok, a failing rank); CNTK itself: no, issue #16 "
-                      "(mpiexec + CNTK ran by hand, FRAMEWORK_NOTES i)",
+             ran_here="yes: a standard-library script (ok, a failing rank) and tests/fixtures/dp_fixture.ipynb with "
+                      "collective='cntk' (CNTK 2.7 mpicommunicator aggregate_in_place on Python 3.6, OpenMPI 4, W=2); "
+                      "the DS2 CNTK notebook has no data-parallel code yet (issue #16)",
              multinode="mpiexec --hostfile HOSTS -n N ... (a hostfile line per host: 'host slots=G'; "
                        "password-less ssh between hosts) (not run here)",
              extra_env=_cntk_env),
@@ -548,6 +549,8 @@ def run_target(target: Target, opts, workers: int, announce=print, python: Optio
         return finish("skipped", "mpiexec not found: install OpenMPI (Debian/Ubuntu: apt-get install openmpi-bin)")
     # 2. its environment
     venv = None
+    if python is not None and os.path.exists(os.path.join(os.path.dirname(os.path.dirname(python)), "pyvenv.cfg")):
+        venv = os.path.dirname(os.path.dirname(python))       # an interpreter given by hand: still its venv's env
     if python is None:
         env = ENVS[target.env]
         try:

@@ -444,9 +444,10 @@ TF_PYTHON = env_python(os.path.join(ENVS_DIR, "tensorflow-cpu"))
 @pytest.mark.parametrize("launcher, python, collective, backend", [
     ("jax", JAX_PYTHON, "jax", "jax.distributed (2 processes)"),
     ("tf_config", TF_PYTHON, "tf", "MultiWorkerMirroredStrategy (2 replicas)"),
+    ("mpiexec", CNTK_PYTHONS[0] if CNTK_PYTHONS else "/no/cntk/python", "cntk", "cntk mpicommunicator (2 workers)"),
 ])
-def test_jax_and_tf_config_launchers_end_to_end(tmp_path, tag, launcher, python, collective, backend):
-    if not os.path.exists(python):
+def test_jax_tf_config_and_mpiexec_launchers_end_to_end(tmp_path, tag, launcher, python, collective, backend):
+    if not os.path.exists(python) or (launcher == "mpiexec" and not distributed._which("mpiexec")):
         pytest.skip("no %s environment in %s" % (os.path.basename(os.path.dirname(os.path.dirname(python))), ENVS_DIR))
     rec, target, opts = _fixture_run(tmp_path, python=python, launcher=launcher, collective=collective)
     assert rec["status"] == "ok", rec["error"]
