@@ -392,7 +392,8 @@ def launch(launcher: Launcher, python: str, script: str, world: int, log_prefix:
     base_env["PYTHONUNBUFFERED"] = "1"
     if launcher.extra_env and venv:
         base_env.update(launcher.extra_env(venv))
-    for stale in range(world):
+    ranks = 1 if launcher.kind == "single" else world     # processes with a rank (and a log and a status)
+    for stale in range(ranks):
         for path in ("%s.rank%d.status.json" % (status_prefix, stale), "%s.rank%d.log" % (log_prefix, stale)):
             if os.path.exists(path):
                 os.remove(path)
@@ -446,10 +447,10 @@ def launch(launcher: Launcher, python: str, script: str, world: int, log_prefix:
     finally:   # success, failure, timeout, KeyboardInterrupt alike: nothing of the run survives this
         terminate(procs, run_id, grace)
     codes = [p.returncode for p in procs]
-    statuses = _read_statuses(status_prefix, world)
+    statuses = _read_statuses(status_prefix, ranks)
     ok = timed_out is None and all(c == 0 for c in codes) and \
-        all(statuses.get(r, {}).get("status") == "ok" for r in range(world))
-    reason = None if ok else failure_reason(world, statuses, log_prefix, launcher_log, codes,
+        all(statuses.get(r, {}).get("status") == "ok" for r in range(ranks))
+    reason = None if ok else failure_reason(ranks, statuses, log_prefix, launcher_log, codes,
                                             launcher.kind == "processes", timed_out, first_exit)
     return LaunchResult(ok, reason, codes, statuses, time.time() - t0, commands)
 
@@ -514,7 +515,8 @@ def run_target(target: Target, opts, workers: int, announce=print, python: Optio
     def run_section(extra=None):
         info = execute._run_info(target, gopts, started, None)
         info.update(script=rel(script) if os.path.exists(script) else None,
-                    logs=[rel("%s.rank%d.log" % (log_prefix, r)) for r in range(workers)],
+                    logs=[rel("%s.rank%d.log" % (log_prefix, r))
+                          for r in range(1 if launcher is not None and launcher.kind == "single" else workers)],
                     launcher_log=rel(log_prefix + ".launcher.log"))
         info["executed_notebook"] = info["script"]
         info.update(extra or {})

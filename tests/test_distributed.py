@@ -436,6 +436,16 @@ def test_torchrun_ctrl_c_leaves_no_worker(tmp_path, tag):
     _ctrl_c(tmp_path, tag, TORCH_PYTHON, "torchrun", "gloo")
 
 
+def test_single_process_launcher_for_in_process_devices(tmp_path, tag):
+    """MXNet's route: one process, W devices; one log, one status, the record says W workers."""
+    rec, target, opts = _fixture_run(tmp_path, launcher="single")
+    assert rec["status"] == "ok", rec["error"]
+    assert rec["distributed"]["world_size"] == 2 and rec["distributed"]["launcher"] == "single"
+    assert len(rec["run"]["logs"]) == 1 and list(rec["run"]["ranks"]) == ["0"]
+    eq = parallel.equivalence(rec, _single_worker_record(tmp_path, target, opts))
+    assert eq["ok"], eq
+
+
 # ---- the JAX and TF_CONFIG launchers, end to end (their environments) ----------------------------------
 JAX_PYTHON = env_python(os.path.join(ENVS_DIR, "jax-cpu"))
 TF_PYTHON = env_python(os.path.join(ENVS_DIR, "tensorflow-cpu"))
