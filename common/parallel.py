@@ -13,6 +13,31 @@ proven equal to one worker.  Standard library + NumPy, no framework import; runs
   with the global batch size (first K = 10 losses, warm-up first, within 1e-5 relative; the parameter
   summaries when both records have one; the same data checksum).
 * :func:`distributed_section` -- what rank 0 writes into the record's ``distributed`` section.
+
+**The contract of a notebook's data-parallel code** (what ``run_all.py --workers W`` expects; the
+runner's side is :mod:`runner.distributed`):
+
+1. a ``workers = 1`` line in the tagged ``parameters`` cell (its presence is how the runner knows the
+   notebook has data-parallel code); the runner passes ``workers=W`` and ``batch_size`` = the *global*
+   batch W*b, and starts W processes (or, for the "single" launcher, one process that drives W devices);
+2. ``world = world_from_env()``; initialise the framework's engine from the launcher's variables
+   (``init_process_group("gloo"|"nccl")`` under torchrun; ``MultiWorkerMirroredStrategy()`` reads
+   ``TF_CONFIG``; ``jax.distributed.initialize(os.environ["DS2_COORDINATOR"], W, rank)``; CNTK's
+   ``Communicator`` under mpiexec); on a GPU, device ``world.local_rank``;
+3. build the iterator with the global batch size, exactly as the single-worker notebook does, and
+   iterate it whole: ``timer.epoch(train_step, train_data)``; inside ``train_step(batch)`` take
+   ``mine = batch.shard(world.rank, W)`` -- the timer then counts global utterances (global throughput)
+   and ``train_data.checksum`` is the global one on every worker;
+4. local loss = sum of ``mine``'s per-utterance CTC losses x :func:`local_loss_scale`; gradients
+   all-reduced by the engine; BatchNorm statistics all-reduced as (sum, sum of squared deviations,
+   count) over the global batch; an empty ``mine`` still joins every collective with zeros;
+   ``train_step`` returns the *global* loss (all-reduced), so the losses compare with one worker;
+5. only rank 0 (``world.is_chief``) writes the record (``result_path``), with
+   ``distributed=distributed_section(world, launcher, backend, P.batch_size, sync_batchnorm, reduction)``
+   and, when it can, ``checks["param_summary"] = param_summary(canonical state after training)``;
+6. the model, loss and weight loading stay the notebook's own cells: the data-parallel code wraps them
+   (DDP around the model, a strategy scope around its construction, shardings on its inputs), it
+   never copies them.
 """
 import json
 import os

@@ -547,6 +547,10 @@ def run_target(target: Target, opts, workers: int, announce=print, python: Optio
             return finish("skipped", why)
     if opts.device == "cuda" and opts.precision in target.unsupported_gpu_precisions:
         return finish("skipped", "precision %s: %s" % (opts.precision, target.unsupported_gpu_precisions[opts.precision]))
+    if opts.device == "cuda":
+        visible = len(envinfo.gpus())
+        if visible < workers:     # one GPU per worker (torchrun LOCAL_RANK, MWMS, JAX, mpiexec) or per device (MXNet)
+            return finish("skipped", "%d workers need %d GPUs; %d visible" % (workers, workers, visible))
     if launcher.kind == "mpiexec" and not _which("mpiexec"):
         return finish("skipped", "mpiexec not found: install OpenMPI (Debian/Ubuntu: apt-get install openmpi-bin)")
     # 2. its environment
@@ -738,3 +742,18 @@ def report_section(records: List[dict], md_table) -> List[str]:
             md_table(rows, {"Audio s/s": "{:.1f}", "1 worker audio s/s": "{:.1f}",
                             "Max rel. diff, first %d losses" % parallel.EQUIVALENCE_STEPS: "{:.1e}",
                             "Params rel. diff": "{:.1e}"})]
+
+
+def main() -> int:
+    """``python -m runner.distributed``: the launcher table, and which targets can run data-parallel now."""
+    from .targets import ALL_TARGETS
+    print(launcher_table_markdown())
+    for target in ALL_TARGETS.values():
+        launcher = launcher_for(target)
+        print("%-22s %-10s %s" % (target.name, launcher.name if launcher else "-",
+                                  no_dp_reason(target) or "ready: the notebook has a 'workers' parameter"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
