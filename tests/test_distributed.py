@@ -425,6 +425,25 @@ def test_torchrun_gloo_all_reduce_end_to_end(tmp_path, tag):
 
 
 @needs_torch
+def test_ddp_with_uneven_and_empty_shards_equals_one_process(tmp_path, tag):
+    """The loss rule with a real engine: DDP (gloo), float64, conv -> all-reduced BatchNorm -> linear,
+    global batches of 5, 3, 1, 4 (rank 1's shares 2, 1, 0, 2): losses, parameters and BatchNorm running
+    statistics equal one process on whole batches to rounding."""
+    out = tmp_path / "ddp.json"
+    res = distributed.launch(distributed.LAUNCHERS["torchrun"], TORCH_PYTHON,
+                             os.path.join(ROOT, "tests", "fixtures", "ddp_uneven.py"), 2, str(tmp_path / "log"),
+                             str(tmp_path / "status"), cwd=str(tmp_path), timeout=300,
+                             env=dict(os.environ, DDP_UNEVEN_OUT=str(out)), grace=2)
+    assert res.ok, res.reason
+    r = json.loads(out.read_text())
+    assert r["shard_sizes"] == [3, 2, 1, 2]
+    assert "rank 1 of 2" in (tmp_path / "log.rank1.log").read_text()
+    np.testing.assert_allclose(r["losses"], r["single"]["losses"], rtol=1e-12)
+    for name, value in r["params"].items():
+        np.testing.assert_allclose(value, r["single"]["params"][name], rtol=1e-12, atol=1e-14, err_msg=name)
+
+
+@needs_torch
 def test_torchrun_failing_rank_is_named_and_nothing_survives(tmp_path, tag):
     rec, _, _ = _fixture_run(tmp_path, python=TORCH_PYTHON, launcher="torchrun", collective="gloo",
                              mode="fail", fail_rank=1)
