@@ -115,8 +115,9 @@ LAUNCHERS = OrderedDict((l.name, l) for l in [
              "<venv>/bin/torchrun --standalone --nnodes 1 --nproc_per_node W --max-restarts 0 "
              "runner/dp_worker.py ... script.py",
              ran_here="yes: tests/fixtures/dp_fixture.ipynb with collective='gloo' (torch.distributed all_reduce, "
-                      "W=2, pytorch-cpu): ok, a failing rank, Ctrl-C; the DS2 PyTorch notebook has no data-parallel "
-                      "code yet",
+                      "W=2, pytorch-cpu): ok, a failing rank, Ctrl-C; tests/fixtures/ddp_uneven.py (DDP, all-reduced "
+                      "BatchNorm, uneven and empty shards = one process to 1e-15); the DS2 PyTorch notebook has no "
+                      "data-parallel code yet",
              multinode="on every host: torchrun --nnodes N --node_rank R --nproc_per_node G "
                        "--rdzv_backend c10d --rdzv_endpoint HOST0:29400 --rdzv_id JOB script.py (not run here)"),
     Launcher("tf_config", "processes", "MultiWorkerMirroredStrategy, RING (CPU) / NCCL (CUDA) collectives",
