@@ -60,6 +60,8 @@ WORKER = os.path.join(ROOT, "runner", "dp_worker.py")
 MARKER = "DS2_DP_RUN"
 #: seconds between SIGTERM and SIGKILL when a run is torn down
 GRACE_S = 5.0
+#: seconds a process may linger after every rank reported "ok" (a non-daemon thread, a shutdown barrier)
+LINGER_S = 30.0
 POLL_S = 0.1
 
 
@@ -285,7 +287,19 @@ def _signal_all(procs: List[subprocess.Popen], marker_value: str, sig: int) -> N
 
 
 def terminate(procs: List[subprocess.Popen], marker_value: str, grace: float = GRACE_S) -> None:
-    """SIGTERM every process of the run, SIGKILL what is left after ``grace`` seconds, reap the children."""
+    """SIGTERM every process of the run, SIGKILL what is left after ``grace`` seconds, reap the children.
+    A second Ctrl-C while this runs does not cut it short (it is ignored until the teardown is done)."""
+    import threading
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main_thread else None
+    try:
+        _terminate(procs, marker_value, grace)
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _terminate(procs: List[subprocess.Popen], marker_value: str, grace: float) -> None:
     _signal_all(procs, marker_value, signal.SIGTERM)
     deadline = time.time() + grace
     while time.time() < deadline:
@@ -383,9 +397,13 @@ def failure_reason(world: int, statuses: Dict[int, dict], log_prefix: str, launc
 
 def launch(launcher: Launcher, python: str, script: str, world: int, log_prefix: str, status_prefix: str,
            cwd: str, timeout: Optional[float] = None, env: Optional[dict] = None, venv: Optional[str] = None,
-           run_id: Optional[str] = None, announce=print, grace: float = GRACE_S) -> LaunchResult:
+           run_id: Optional[str] = None, announce=print, grace: float = GRACE_S,
+           linger: float = LINGER_S) -> LaunchResult:
     """Run ``script`` as ``world`` workers with ``launcher``; wait; tear everything down on any failure,
-    a timeout or an interruption (which is re-raised after the teardown).  Never leaves a process behind."""
+    a timeout or an interruption (which is re-raised after the teardown).  Never leaves a process behind.
+
+    A run whose every rank reported "ok" but whose processes have not exited ``linger`` seconds later
+    (a non-daemon thread, a framework's shutdown barrier) is stopped and counts as ok, with a note."""
     run_id = run_id or uuid.uuid4().hex
     base_env = dict(os.environ if env is None else env)
     base_env[MARKER] = run_id
@@ -427,6 +445,9 @@ def launch(launcher: Launcher, python: str, script: str, world: int, log_prefix:
     t0 = time.time()
     timed_out = None
     first_exit = None
+    all_ok_since = None
+    lingered = False
+    next_status_read = 0.0
     try:
         for argv, proc_env, out_path in specs:
             with open(out_path, "a") as out:
@@ -444,13 +465,24 @@ def launch(launcher: Launcher, python: str, script: str, world: int, log_prefix:
             if timeout is not None and time.time() - t0 > timeout:
                 timed_out = timeout
                 break
+            now = time.time()
+            if now >= next_status_read:           # every rank done, yet a process lingers?
+                next_status_read = now + 1.0
+                done = _read_statuses(status_prefix, ranks)
+                if all(done.get(r, {}).get("status") == "ok" for r in range(ranks)):
+                    all_ok_since = all_ok_since or now
+                    if now - all_ok_since > linger:
+                        lingered = True
+                        break
             time.sleep(POLL_S)
     finally:   # success, failure, timeout, KeyboardInterrupt alike: nothing of the run survives this
         terminate(procs, run_id, grace)
     codes = [p.returncode for p in procs]
     statuses = _read_statuses(status_prefix, ranks)
-    ok = timed_out is None and all(c == 0 for c in codes) and \
+    ok = timed_out is None and (all(c == 0 for c in codes) or lingered) and \
         all(statuses.get(r, {}).get("status") == "ok" for r in range(ranks))
+    if ok and lingered:
+        announce("  note: every rank finished, but processes lingered %g s after it; stopped them" % linger)
     reason = None if ok else failure_reason(ranks, statuses, log_prefix, launcher_log, codes,
                                             launcher.kind == "processes", timed_out, first_exit)
     return LaunchResult(ok, reason, codes, statuses, time.time() - t0, commands)

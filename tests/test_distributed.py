@@ -354,17 +354,20 @@ if os.environ.get("FAIL_RANK") == str(w.rank):
     raise RuntimeError("boom from rank %%d" %% w.rank)
 if os.environ.get("SLEEP"):
     time.sleep(float(os.environ["SLEEP"]))
+if os.environ.get("LINGER"):
+    import threading
+    threading.Thread(target=time.sleep, args=(600,)).start()     # a non-daemon thread: the process cannot exit
 """
 CNTK_PYTHONS = [p for p in (env_python(os.path.join(ENVS_DIR, d)) for d in sorted(os.listdir(ENVS_DIR))
                             if d.startswith("cntk-cpu")) if os.path.exists(p)] if os.path.isdir(ENVS_DIR) else []
 
 
-def _launch(tmp_path, launcher, python=sys.executable, timeout=60, **env):
+def _launch(tmp_path, launcher, python=sys.executable, timeout=60, linger=distributed.LINGER_S, **env):
     script = tmp_path / "script.py"
     script.write_text(SCRIPT % {"root": ROOT})
     res = distributed.launch(distributed.LAUNCHERS[launcher], python, str(script), 2, str(tmp_path / "log"),
                              str(tmp_path / "status"), cwd=str(tmp_path), timeout=timeout,
-                             env=dict(os.environ, **env), grace=2)
+                             env=dict(os.environ, **env), grace=2, linger=linger)
     logs = [(tmp_path / ("log.rank%d.log" % r)).read_text() for r in range(2)]
     return res, logs
 
@@ -378,6 +381,13 @@ def test_mpiexec_launcher(tmp_path, tag):
         assert "rank %d of 2 via OMPI_COMM_WORLD_RANK: %d utterances" % (r, [2, 1][r]) in log
     res, _ = _launch(tmp_path, "mpiexec", FAIL_RANK="1")
     assert not res.ok and res.reason == "rank 1 failed: RuntimeError: boom from rank 1"
+
+
+def test_processes_that_linger_after_every_rank_finished_are_stopped(tmp_path, tag):
+    t0 = time.time()
+    res, _ = _launch(tmp_path, "python", linger=2, LINGER="1")
+    assert res.ok, res.reason
+    assert time.time() - t0 < 30 and all(c is not None and c < 0 for c in res.returncodes)   # stopped by a signal
 
 
 @pytest.mark.skipif(not CNTK_PYTHONS, reason="no CNTK (Python 3.6) environment in %s" % ENVS_DIR)
