@@ -103,10 +103,12 @@ _add(
                  "12.6 -> 5.0;6.0;7.0;7.5;8.0;8.6;9.0); NOT verified (index unreachable, as for cu128)"),
     # TensorFlow: one GPU build (PyPI tensorflow[and-cuda], CUDA 12 wheels).
     Build("tensorflow", "cuda12", "tensorflow[and-cuda] 2.21.0 (PyPI)", "12.5", "tensorflow-cuda.txt",
-          sass=(60, 70, 80, 89), ptx=(90,),
-          source="TensorFlow's .bazelrc (HERMETIC_CUDA_COMPUTE_CAPABILITIES sm_60,sm_70,sm_80,sm_89,compute_90 "
-                 "since 2.15); built with CUDA 12.5 (tf.sysconfig.get_build_info(), FRAMEWORK_NOTES j); "
-                 "architectures not yet read from the 2.21 binary"),
+          sass=(60, 70, 80, 89, 90), ptx=(90,), verified=True,
+          source="libtensorflow_cc.so.2 and libtensorflow_framework.so.2 of the 2.21.0 wheel read with "
+                 "tools/fatbin_archs.py (cuobjdump 13.5 agrees on libtensorflow_framework: 40 kernels each): SASS "
+                 "sm_60, 70, 80, 89, 90 and PTX compute_90; built with CUDA 12.5 (FRAMEWORK_NOTES j), runs on "
+                 "the CUDA 12.9 wheels its and-cuda extra pulls",
+          note="on Blackwell (sm_100, sm_120) the driver JIT-compiles its compute_90 PTX at the first start"),
     # JAX: XLA generates every kernel at run time and compiles it with the ptxas of the CUDA wheels.
     Build("jax", "cuda13", "jax[cuda13] (PyPI jax-cuda13-plugin)", "13.0", "jax-cuda-cuda13.txt", codegen=(75, 121),
           source="CUDA 13's ptxas has no targets below sm_75 (CUDA 13.0 release notes: Maxwell, Pascal and "

@@ -27,6 +27,7 @@ SMI = {
     "a100-550": "NVIDIA A100-SXM4-40GB, 550.90.07, 40960, 8.0\n",
     "h100-580": "NVIDIA H100 80GB HBM3, 580.65.06, 81559, 9.0\n",
     "rtx4090-570": "NVIDIA GeForce RTX 4090, 570.133.07, 24564, 8.9\n",
+    "b200-580": "NVIDIA B200, 580.82.07, 183359, 10.0\n",
 }
 
 # target -> (build, how it runs) or the words its skip reason must contain
@@ -40,7 +41,7 @@ EXPECTED = {
                  "jax": ("cuda12", "codegen"), "keras-jax": ("cuda12", "codegen"),
                  "mxnet": ("cu112", "sass"), "cntk": ("cu100", "jit")},
     "h100-580": {"pytorch": ("cu130", "sass"), "keras-torch": ("cu130", "sass"),
-                 "tensorflow": ("cuda12", "jit"), "keras-tensorflow": ("cuda12", "jit"),
+                 "tensorflow": ("cuda12", "sass"), "keras-tensorflow": ("cuda12", "sass"),
                  "jax": ("cuda13", "codegen"), "keras-jax": ("cuda13", "codegen"),
                  "mxnet": ["mxnet-cu112", "sm_50, sm_60, sm_70, sm_80, sm_86", "no PTX", "sm_90"],
                  "cntk": ("cu100", "jit")},
@@ -48,6 +49,10 @@ EXPECTED = {
                     "tensorflow": ("cuda12", "sass"), "keras-tensorflow": ("cuda12", "sass"),
                     "jax": ("cuda12", "codegen"), "keras-jax": ("cuda12", "codegen"),
                     "mxnet": ("cu112", "sass"), "cntk": ("cu100", "jit")},
+    "b200-580": {"pytorch": ("cu130", "sass"), "keras-torch": ("cu130", "sass"),
+                 "tensorflow": ("cuda12", "jit"), "keras-tensorflow": ("cuda12", "jit"),
+                 "jax": ("cuda13", "codegen"), "keras-jax": ("cuda13", "codegen"),
+                 "mxnet": ["no PTX", "sm_100 GPU"], "cntk": ("cu100", "jit")},
 }
 
 

@@ -6,7 +6,9 @@ For every CUDA build in runner/preflight.py (BUILDS) it builds the environment f
 way run_all.py does, into DEST/<env>-cuda-<build> (default ~/ds2-gpu-envs, outside the repository),
 then runs ``ldd`` over every shared library in it with the library path the Jupyter kernel gets
 (runner/targets.py kernel_env), and reports every library that cannot be found -- apart from the
-NVIDIA driver's own (libcuda.so.1, libnvidia-ml.so.1, ...), which only a GPU machine has.
+NVIDIA driver's own (libcuda.so.1, libnvidia-ml.so.1, ...), which only a GPU machine has, and those a library names
+without an RPATH to them but that lie in the environment (listed apart: the module that loads such a
+library loads them first).
 
     python tools/check_gpu_envs.py [--dest DIR] [--only pytorch/cu130,jax] [--python cntk=/path/python3.6]
                                    [--no-build] [--json FILE]
@@ -134,11 +136,21 @@ def check(env, build, dest: str, python: str, no_build: bool, log) -> dict:
     for path, names in found:
         for name in names:
             needed_by.setdefault(name, []).append(os.path.relpath(path, venv))
+    # A library can name a sibling it has no RPATH to (auditwheel's *.libs, NVIDIA's cusolverMg -> cublas,
+    # triton's plugins -> libtriton): ldd on it alone misses the sibling, but at run time the module that
+    # loads it has loaded the sibling first, through its own RPATH.  Listed apart: in the environment.
+    in_env = {os.path.basename(p) for p in libs}
+
+    def cut(users):
+        users = sorted(users)
+        return users[:5] + (["... %d more" % (len(users) - 5)] if len(users) > 5 else [])
+
     result["libraries_checked"] = len(libs)
     result["library_path"] = library_path
     result["driver_libraries_missing"] = sorted(n for n in needed_by if is_driver_library(n))
-    result["missing"] = {n: sorted(v)[:5] + (["... %d more" % (len(v) - 5)] if len(v) > 5 else [])
-                         for n, v in sorted(needed_by.items()) if not is_driver_library(n)}
+    result["in_environment_not_on_path"] = {n: cut(v) for n, v in sorted(needed_by.items())
+                                           if not is_driver_library(n) and n in in_env}
+    result["missing"] = {n: cut(v) for n, v in sorted(needed_by.items()) if not is_driver_library(n) and n not in in_env}
     return result
 
 
@@ -194,6 +206,9 @@ def summary(r: dict) -> str:
                  % (", ".join(r["driver_libraries_missing"]) or "none"))
     if r.get("system_prerequisite_missing"):
         lines.append("  system prerequisite missing: %s" % r["system_prerequisite_missing"])
+    for name, users in r.get("in_environment_not_on_path", {}).items():
+        lines.append("  in the environment, not on ldd's path (loaded by its parent first): %s (needed by %s)"
+                     % (name, ", ".join(users)))
     if r["missing"]:
         for name, users in r["missing"].items():
             lines.append("  MISSING %s (needed by %s)" % (name, ", ".join(users)))
