@@ -110,9 +110,12 @@ _add(
                  "the CUDA 12.9 wheels its and-cuda extra pulls",
           note="on Blackwell (sm_100, sm_120) the driver JIT-compiles its compute_90 PTX at the first start"),
     # JAX: XLA generates every kernel at run time and compiles it with the ptxas of the CUDA wheels.
-    Build("jax", "cuda13", "jax[cuda13] (PyPI jax-cuda13-plugin)", "13.0", "jax-cuda-cuda13.txt", codegen=(75, 121),
-          source="CUDA 13's ptxas has no targets below sm_75 (CUDA 13.0 release notes: Maxwell, Pascal and "
-                 "Volta support removed); JAX installation guide: CUDA 13 needs driver >= 580"),
+    Build("jax", "cuda13", "jax[cuda13] (PyPI jax-cuda13-plugin, CUDA 13.5 wheels)", "13.5", "jax-cuda-cuda13.txt",
+          codegen=(75, 121), verified=True,
+          source="jax-cuda13-plugin 0.10.2 read with tools/fatbin_archs.py: xla_cuda_plugin.so and the _linalg/_prng/"
+                 "_solver kernels carry SASS sm_75, 80, 90, 100, 110, 120 + PTX compute_120; the ptxas of its "
+                 "nvidia-cuda-nvcc 13.5 wheel rejects sm_52 and sm_70 (\"Value 'sm_70' is not defined for option "
+                 "'gpu-name'\") and compiles sm_75 and sm_120"),
     Build("jax", "cuda12", "jax[cuda12] (PyPI jax-cuda12-plugin, CUDA 12.9 wheels)", "12.9", "jax-cuda.txt",
           codegen=(52, 121),
           source="JAX installation guide: NVIDIA GPUs of SM 5.2 (Maxwell) or newer, driver >= 525 with the pip "
@@ -328,4 +331,37 @@ def report(targets, gpus: List[dict], overrides: Optional[Dict[str, str]] = None
                 gpu.get("driver", "?"), "" if len(gpus) == 1 else " (GPU 0 of %d; runs use GPU 0)" % len(gpus))]
     for name, d in plan(targets, gpu, overrides).items():
         lines.append("  %-17s %-10s %s" % (name, d.env, d.describe()))
+    return lines
+
+
+#: GPUs for the README's table "which GPU runs which framework" (tests/test_preflight.py keeps it current)
+EXAMPLE_GPUS = [
+    ("Tesla P100", "6.0", "535.183.01"),
+    ("Tesla V100", "7.0", "535.183.01"),
+    ("Tesla T4", "7.5", "535.183.01"),
+    ("A100", "8.0", "550.90.07"),
+    ("A100", "8.0", "580.65.06"),
+    ("RTX 4090, L4, L40S", "8.9", "570.133.07"),
+    ("H100, H200", "9.0", "580.65.06"),
+    ("B200", "10.0", "580.65.06"),
+    ("RTX 5090, RTX PRO 6000", "12.0", "580.65.06"),
+]
+
+
+def gpu_table() -> List[str]:
+    """Markdown: for each example GPU and driver, the build each environment gets, or why none runs."""
+    envs = list(BUILDS)
+    lines = ["| GPU (compute capability) | driver | " + " | ".join(envs) + " |",
+             "|---|---|" + "---|" * len(envs)]
+    for name, cc, driver in EXAMPLE_GPUS:
+        cells = []
+        for env in envs:
+            d = decide(env, {"name": name, "driver": driver, "compute_capability": cc})
+            if d.runs:
+                cells.append(d.build.name + (" (PTX JIT)" if d.how == "jit" else ""))
+            elif any(arch_verdict(b, parse_compute_capability(cc))[0] is None for b in builds(env)):
+                cells.append("no: driver too old")
+            else:
+                cells.append("no: no code for sm_%s" % cc.replace(".", ""))
+        lines.append("| %s (%s) | %s | %s |" % (name, cc, driver.split(".")[0], " | ".join(cells)))
     return lines

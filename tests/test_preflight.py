@@ -365,3 +365,9 @@ def test_fatbin_reader(tmp_path):
     empty = tmp_path / "empty.so"
     empty.write_bytes(b"")
     assert fatbin_archs.archs(str(empty)) == {"sass": [], "ptx": [], "entries": 0}
+
+
+def test_readme_table_is_the_one_the_facts_give():
+    with open(os.path.join(ROOT, "README.md")) as f:
+        readme = f.read()
+    assert "\n".join(preflight.gpu_table()) in readme, "regenerate with runner.preflight.gpu_table()"
