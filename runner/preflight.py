@@ -117,9 +117,11 @@ _add(
                  "nvidia-cuda-nvcc 13.5 wheel rejects sm_52 and sm_70 (\"Value 'sm_70' is not defined for option "
                  "'gpu-name'\") and compiles sm_75 and sm_120"),
     Build("jax", "cuda12", "jax[cuda12] (PyPI jax-cuda12-plugin, CUDA 12.9 wheels)", "12.9", "jax-cuda.txt",
-          codegen=(52, 121),
-          source="JAX installation guide: NVIDIA GPUs of SM 5.2 (Maxwell) or newer, driver >= 525 with the pip "
-                 "CUDA 12 wheels; CUDA 12.9's ptxas targets sm_50-sm_121",
+          codegen=(52, 121), verified=True,
+          source="jax-cuda12-plugin 0.10.2 read with tools/fatbin_archs.py: xla_cuda_plugin.so and the _linalg/_prng/"
+                 "_solver kernels carry SASS sm_50, 60, 70, 80, 90, 100, 101, 120 + PTX compute_120; the ptxas of its "
+                 "nvidia-cuda-nvcc 12.9 wheel compiles sm_50-sm_120; the lower bound sm_52 is JAX's installation "
+                 "guide's (SM 5.2 or newer; driver >= 525 with the pip CUDA 12 wheels)",
           note="a driver older than the ptxas (CUDA 12.9 -> 575) makes XLA warn and compile serially; it runs"),
     # MXNet: the last release's GPU wheels.
     Build("mxnet", "cu112", "mxnet-cu112 1.9.1 (PyPI) + NVIDIA's CUDA 11.8 wheels", "11.2", "mxnet-cuda.txt",
