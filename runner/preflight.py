@@ -44,7 +44,7 @@ class Build:
 
     def __init__(self, env: str, name: str, package: str, cuda: str, pins: str, source: str,
                  sass: Sequence[int] = (), ptx: Sequence[int] = (), codegen: Optional[Tuple[int, int]] = None,
-                 verified: bool = False, note: str = ""):
+                 verified: bool = False, note: Optional[Tuple[str, str]] = None, jit_note: str = ""):
         self.env = env                  # the environment (runner/targets.py ENVS)
         self.name = name                # short name: cu130, cuda12, ... (--gpu-build ENV=NAME)
         self.package = package          # what is installed, in words
@@ -55,7 +55,8 @@ class Build:
         self.codegen = codegen          # (lowest, highest) sm XLA's ptxas compiles for (JAX), or None
         self.source = source            # where the facts come from
         self.verified = verified        # architectures read from the binaries by this project
-        self.note = note                # a caveat shown with the decision
+        self.note = note                # (driver version, caveat shown when the driver is older than it)
+        self.jit_note = jit_note        # the caveat when it runs through the driver's PTX JIT
 
     @property
     def cuda_major(self) -> str:
@@ -108,7 +109,7 @@ _add(
                  "tools/fatbin_archs.py (cuobjdump 13.5 agrees on libtensorflow_framework: 40 kernels each): SASS "
                  "sm_60, 70, 80, 89, 90 and PTX compute_90; built with CUDA 12.5 (FRAMEWORK_NOTES j), runs on "
                  "the CUDA 12.9 wheels its and-cuda extra pulls",
-          note="on Blackwell (sm_100, sm_120) the driver JIT-compiles its compute_90 PTX at the first start"),
+          jit_note="the driver JIT-compiles its compute_90 PTX at the first start (minutes; cached after)"),
     # JAX: XLA generates every kernel at run time and compiles it with the ptxas of the CUDA wheels.
     Build("jax", "cuda13", "jax[cuda13] (PyPI jax-cuda13-plugin, CUDA 13.5 wheels)", "13.5", "jax-cuda-cuda13.txt",
           codegen=(75, 121), verified=True,
@@ -122,15 +123,15 @@ _add(
                  "_solver kernels carry SASS sm_50, 60, 70, 80, 90, 100, 101, 120 + PTX compute_120; the ptxas of its "
                  "nvidia-cuda-nvcc 12.9 wheel compiles sm_50-sm_120; the lower bound sm_52 is JAX's installation "
                  "guide's (SM 5.2 or newer; driver >= 525 with the pip CUDA 12 wheels)",
-          note="a driver older than the ptxas (CUDA 12.9 -> 575) makes XLA warn and compile serially; it runs"),
+),
     # MXNet: the last release's GPU wheels.
     Build("mxnet", "cu112", "mxnet-cu112 1.9.1 (PyPI) + NVIDIA's CUDA 11.8 wheels", "11.2", "mxnet-cuda.txt",
           sass=(50, 60, 70, 80, 86), verified=True,
           source="libmxnet.so of mxnet-cu112 1.9.1 read with cuobjdump 13.5 --list-elf/--list-ptx and "
                  "tools/fatbin_archs.py: 198 kernels each for sm_50, 60, 70, 80, 86 and no PTX "
                  "(mxnet-cu117 1.9.1 lists the same, FRAMEWORK_NOTES h)",
-          note="its pointwise fusion compiles with NVRTC 11.8 at run time; with a driver older than 520 set "
-               "MXNET_USE_FUSION=0 (not tested)"),
+          note=("520", "its pointwise fusion compiles with NVRTC 11.8 at run time, which this driver (older than "
+                       "CUDA 11.8's 520) may refuse: set MXNET_USE_FUSION=0 if it fails (not tested)")),
     # CNTK: the last release's GPU wheel, Python 3.6.
     Build("cntk", "cu100", "cntk-gpu 2.7.post2 (PyPI, bundles CUDA 10.0, cuDNN 7.3.1)", "10.0", "cntk-cuda.txt",
           sass=(30, 35, 50, 60, 61, 70), ptx=(70,), verified=True,
@@ -139,7 +140,7 @@ _add(
                  "SASS sm_30, 35, 50, 60, 61, 70 and PTX compute_30-compute_70; the bundled libcudnn.so.7 and "
                  "libcublas.so.10.0 SASS sm_30-sm_75 + PTX compute_70, libnccl.so.2 SASS sm_30-sm_70 + PTX "
                  "compute_70, libcurand/libcusparse SASS sm_30-sm_75 + PTX compute_75",
-          note="on GPUs newer than Turing the driver JIT-compiles CNTK's and cuDNN 7's compute_70 PTX at the first "
+          jit_note="the driver JIT-compiles CNTK's and cuDNN 7's compute_70 PTX at the first "
                "start: expect many minutes before the first step (cached in ~/.nv/ComputeCache; the kernel sets "
                "CUDA_CACHE_MAXSIZE to 4 GiB so it fits); not run on such a GPU"),
 )
@@ -214,8 +215,9 @@ class Decision:
     """What one environment does on this GPU: the build, or the reason none runs."""
 
     def __init__(self, env: str, build: Optional[Build], reason: Optional[str] = None, how: Optional[str] = None,
-                 forced: bool = False, warning: Optional[str] = None):
+                 forced: bool = False, warning: Optional[str] = None, driver: Optional[str] = None):
         self.env = env
+        self.driver = parse_version(driver)  # this machine's driver version
         self.build = build          # None: nothing runs
         self.reason = reason        # why not (build None), one line
         self.how = how              # 'sass' | 'jit' | 'codegen' | None (compute capability unknown)
@@ -232,10 +234,12 @@ class Decision:
         text = "%s (%s)" % (self.build.name, self.build.package)
         if self.forced:
             text += ", forced"
+        if not self.build.verified:
+            text += " [architectures not verified from the binary]"
         if self.how == "jit":
-            text += "; via PTX JIT: " + self.build.note
-        elif self.build.note:
-            text += "; " + self.build.note
+            text += "; via PTX JIT: " + (self.build.jit_note or "the first start compiles its PTX (minutes)")
+        if self.build.note and self.driver is not None and self.driver < parse_version(self.build.note[0]):
+            text += "; " + self.build.note[1]
         if self.warning:
             text += "; WARNING: " + self.warning
         return text
@@ -264,14 +268,14 @@ def decide(env: str, gpu: Optional[dict], override: Optional[str] = None) -> Dec
                              % (override, env, ", ".join(b.name for b in candidates)))
         arch, how = arch_verdict(build, cc)
         why = driver_reason(build, driver) or arch
-        return Decision(env, build, how=how, forced=True, warning=why)
+        return Decision(env, build, how=how, forced=True, warning=why, driver=driver)
     reasons = []
     for build in candidates:
         why = driver_reason(build, driver)
         arch, how = arch_verdict(build, cc)
         why = why or arch
         if why is None:
-            return Decision(env, build, how=how)
+            return Decision(env, build, how=how, driver=driver)
         reasons.append(why)
     if len(reasons) == 1:
         return Decision(env, None, reasons[0])
