@@ -122,8 +122,7 @@ _add(
           source="jax-cuda12-plugin 0.10.2 read with tools/fatbin_archs.py: xla_cuda_plugin.so and the _linalg/_prng/"
                  "_solver kernels carry SASS sm_50, 60, 70, 80, 90, 100, 101, 120 + PTX compute_120; the ptxas of its "
                  "nvidia-cuda-nvcc 12.9 wheel compiles sm_50-sm_120; the lower bound sm_52 is JAX's installation "
-                 "guide's (SM 5.2 or newer; driver >= 525 with the pip CUDA 12 wheels)",
-),
+                 "guide's (SM 5.2 or newer; driver >= 525 with the pip CUDA 12 wheels)"),
     # MXNet: the last release's GPU wheels.
     Build("mxnet", "cu112", "mxnet-cu112 1.9.1 (PyPI) + NVIDIA's CUDA 11.8 wheels", "11.2", "mxnet-cuda.txt",
           sass=(50, 60, 70, 80, 86), verified=True,

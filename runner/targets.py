@@ -152,8 +152,10 @@ def driver_dirs(environ=None) -> List[str]:
     return found
 
 
-#: Largest CUDA JIT cache the driver accepts (4 GiB; CUDA programming guide, CUDA_CACHE_MAXSIZE): on GPUs
-#: newer than Turing the driver compiles CNTK's and cuDNN 7's PTX, which must not fall out of the cache.
+#: Largest CUDA JIT cache the driver accepts: 4 GiB (CUDA Programming Guide, environment variables,
+#: CUDA_CACHE_MAXSIZE; recalled, not re-read for this driver generation -- a larger value would be ignored
+#: or capped, a smaller default (256 MiB to 1 GiB depending on the driver) can evict the compiled code).
+#: On GPUs newer than Turing the driver compiles CNTK's and cuDNN 7's PTX, which must stay in the cache.
 CNTK_JIT_CACHE_BYTES = str(4 << 30)
 
 
