@@ -130,7 +130,7 @@ def main(argv=None) -> int:
         return 2
 
     if args.check:
-        print("\n".join(preflight.report(TARGETS.values(), gpus if device == "cuda" else [], gpu_builds)))
+        print("\n".join(preflight.report(TARGETS.values(), gpus if device == "cuda" else [], gpu_builds, details=True)))
         return 0
     if args.list:
         print("device: %s%s" % (device, " (%s)" % gpus[0]["name"] if gpus and device == "cuda" else ""))

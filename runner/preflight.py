@@ -324,8 +324,8 @@ def plan(targets, gpu: Optional[dict], overrides: Optional[Dict[str, str]] = Non
     return OrderedDict((t.name, decide(t.env, gpu, overrides.get(t.env))) for t in targets)
 
 
-def report(targets, gpus: List[dict], overrides: Optional[Dict[str, str]] = None) -> List[str]:
-    """The lines run_all.py --check / --list print."""
+def report(targets, gpus: List[dict], overrides: Optional[Dict[str, str]] = None, details: bool = False) -> List[str]:
+    """The lines run_all.py --list prints (and, with ``details``, --check: every build considered)."""
     if not gpus:
         return ["GPU preflight: no NVIDIA GPU visible (nvidia-smi missing or lists none): the CPU builds "
                 "(envs/<env>-cpu.txt) run."]
@@ -334,8 +334,17 @@ def report(targets, gpus: List[dict], overrides: Optional[Dict[str, str]] = None
     lines = ["GPU preflight: %s, compute capability %s, NVIDIA driver %s%s"
              % (gpu.get("name", "?"), "%d.%d (%s)" % (cc + (sm(cc),)) if cc else "unknown (driver < 510?)",
                 gpu.get("driver", "?"), "" if len(gpus) == 1 else " (GPU 0 of %d; runs use GPU 0)" % len(gpus))]
-    for name, d in plan(targets, gpu, overrides).items():
+    decisions = plan(targets, gpu, overrides)
+    for name, d in decisions.items():
         lines.append("  %-17s %-10s %s" % (name, d.env, d.describe()))
+    if details:
+        lines.append("Builds considered (newest first; runner/preflight.py BUILDS):")
+        for env in OrderedDict((d.env, None) for d in decisions.values()):
+            for b in builds(env):
+                why = driver_reason(b, gpu.get("driver")) or arch_verdict(b, cc)[0]
+                lines.append("  %-10s %-7s CUDA %s (driver >= %s), %s%s: %s"
+                             % (env, b.name, b.cuda, DRIVER_MINIMUM[b.cuda_major], b.arch_summary(),
+                                "" if b.verified else " [unverified]", "runs here" if why is None else "no: " + why))
     return lines
 
 

@@ -289,9 +289,14 @@ def test_check_prints_the_preflight(tmp_path):
     lines = proc.stdout.splitlines()
     assert lines[0] == ("GPU preflight: Tesla V100-SXM2-16GB, compute capability 7.0 (sm_70), "
                         "NVIDIA driver 535.183.01")
-    rows = {l.split()[0]: l for l in lines[1:]}
+    end = lines.index("Builds considered (newest first; runner/preflight.py BUILDS):")
+    rows = {l.split()[0]: l for l in lines[1:end]}
     assert set(rows) == set(TARGETS)
     assert "cu128 (torch 2.13.0+cu128" in rows["pytorch"] and "cu100" in rows["cntk"]
+    builds = lines[end + 1:]
+    assert len(builds) == sum(len(b) for b in preflight.BUILDS.values())
+    assert any(l.split()[:2] == ["pytorch", "cu130"] and "needs NVIDIA driver >= 580.65.06" in l for l in builds)
+    assert any(l.split()[:2] == ["mxnet", "cu112"] and l.endswith("runs here") for l in builds)
 
 
 def test_check_with_a_forced_build_and_the_list(tmp_path):
