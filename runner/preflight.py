@@ -135,13 +135,16 @@ _add(
     Build("cntk", "cu100", "cntk-gpu 2.7.post2 (PyPI, bundles CUDA 10.0, cuDNN 7.3.1)", "10.0", "cntk-cuda.txt",
           sass=(30, 35, 50, 60, 61, 70), ptx=(70,), verified=True,
           source="cntk-gpu 2.7.post2 cp36 wheel read with tools/fatbin_archs.py (cuobjdump 13.5 refuses it: "
-                 "\"Support for 'sm_30' has been removed\"): libCntk.Math-2.7.so and libCntk.Core-2.7.so carry "
-                 "SASS sm_30, 35, 50, 60, 61, 70 and PTX compute_30-compute_70; the bundled libcudnn.so.7 and "
-                 "libcublas.so.10.0 SASS sm_30-sm_75 + PTX compute_70, libnccl.so.2 SASS sm_30-sm_70 + PTX "
-                 "compute_70, libcurand/libcusparse SASS sm_30-sm_75 + PTX compute_75",
-          jit_note="the driver JIT-compiles CNTK's and cuDNN 7's compute_70 PTX at the first "
-               "start: expect many minutes before the first step (cached in ~/.nv/ComputeCache; the kernel sets "
-               "CUDA_CACHE_MAXSIZE to 4 GiB so it fits); not run on such a GPU"),
+                 "\"Support for 'sm_30' has been removed\"): each of the 8 fat binaries of libCntk.Math-2.7.so and "
+                 "the one of libCntk.Core-2.7.so carries SASS sm_30, 35, 50, 60, 61, 70 and PTX compute_30-compute_70; "
+                 "the bundled libcudnn.so.7 (cuDNN 7.3.1) and libcublas.so.10.0 carry SASS sm_30-sm_75, but PTX "
+                 "(compute_70) in only 188 of cuDNN's 218 and 161 of cuBLAS's 174 fat binaries with sm_70 code: "
+                 "the rest (Volta/Turing-only kernels) have no code for newer GPUs; libnccl.so.2 41 of 42",
+          jit_note="the driver JIT-compiles CNTK's, cuDNN 7's and cuBLAS 10's compute_70 PTX at the first start: "
+                   "expect many minutes before the first step (cached in ~/.nv/ComputeCache; the kernel sets "
+                   "CUDA_CACHE_MAXSIZE to 4 GiB). Not run on such a GPU: cuDNN 7.3 and cuBLAS 10 have some "
+                   "Volta/Turing-only kernels without PTX -- if they pick one, the row fails with CUDA's "
+                   "'no kernel image' or a cuBLAS/cuDNN execution error"),
 )
 
 
