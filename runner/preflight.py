@@ -88,10 +88,11 @@ def _add(*builds: Build) -> None:
 _add(
     # PyTorch: PyPI's torch 2.13.0 is +cu130; PyTorch's own index serves +cu128 and +cu126 builds.
     Build("pytorch", "cu130", "torch 2.13.0+cu130 (PyPI)", "13.0", "pytorch-cuda.txt",
-          sass=(75, 80, 86, 89, 90, 100, 103, 120, 121), verified=True,
+          sass=(75, 80, 86, 90, 100, 120), verified=True,
           source="torch/version.py of the PyPI wheel (cuda='13.0'); libtorch_cuda.so read with "
-                 "tools/fatbin_archs.py and cuobjdump 13.5: SASS sm_75-sm_121, no PTX "
-                 "(torch.cuda.get_arch_list(): sm_75, sm_80, sm_86, sm_90, sm_100, sm_120)"),
+                 "tools/fatbin_archs.py and cuobjdump 13.5: all 449 fat binaries carry SASS sm_75, 80, 86, 90, 100, "
+                 "120 (59 also sm_103, 1 also sm_89/sm_121), none PTX; torch.cuda.get_arch_list() agrees "
+                 "(libtorch_cuda_linalg.so starts at sm_80)"),
     Build("pytorch", "cu128", "torch 2.13.0+cu128 (download.pytorch.org/whl/cu128)", "12.8",
           "pytorch-cuda-cu128.txt", sass=(70, 75, 80, 86, 90, 100, 120),
           source="TORCH_CUDA_ARCH_LIST of pytorch/pytorch .ci/manywheel/build_cuda.sh (commit 799d09f2: "
@@ -104,12 +105,13 @@ _add(
                  "12.6 -> 5.0;6.0;7.0;7.5;8.0;8.6;9.0); NOT verified (index unreachable, as for cu128)"),
     # TensorFlow: one GPU build (PyPI tensorflow[and-cuda], CUDA 12 wheels).
     Build("tensorflow", "cuda12", "tensorflow[and-cuda] 2.21.0 (PyPI)", "12.5", "tensorflow-cuda.txt",
-          sass=(60, 70, 80, 89, 90), ptx=(90,), verified=True,
+          sass=(60, 70, 80, 89), ptx=(90,), verified=True,
           source="libtensorflow_cc.so.2 and libtensorflow_framework.so.2 of the 2.21.0 wheel read with "
-                 "tools/fatbin_archs.py (cuobjdump 13.5 agrees on libtensorflow_framework: 40 kernels each): SASS "
-                 "sm_60, 70, 80, 89, 90 and PTX compute_90; built with CUDA 12.5 (FRAMEWORK_NOTES j), runs on "
-                 "the CUDA 12.9 wheels its and-cuda extra pulls",
-          jit_note="the driver JIT-compiles its compute_90 PTX at the first start (minutes; cached after)"),
+                 "tools/fatbin_archs.py (cuobjdump 13.5 agrees on libtensorflow_framework): every fat binary "
+                 "carries SASS sm_60, 70, 80, 89 and PTX compute_90; only 289 of 1438 also SASS sm_90; built with "
+                 "CUDA 12.5 (FRAMEWORK_NOTES j), runs on the CUDA 12.9 wheels its and-cuda extra pulls",
+          jit_note="most of TensorFlow's kernels have no machine code for this GPU: the driver JIT-compiles their "
+                   "compute_90 PTX at the first start (minutes; cached after)"),
     # JAX: XLA generates every kernel at run time and compiles it with the ptxas of the CUDA wheels.
     Build("jax", "cuda13", "jax[cuda13] (PyPI jax-cuda13-plugin, CUDA 13.5 wheels)", "13.5", "jax-cuda-cuda13.txt",
           codegen=(75, 121), verified=True,

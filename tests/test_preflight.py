@@ -41,7 +41,7 @@ EXPECTED = {
                  "jax": ("cuda12", "codegen"), "keras-jax": ("cuda12", "codegen"),
                  "mxnet": ("cu112", "sass"), "cntk": ("cu100", "jit")},
     "h100-580": {"pytorch": ("cu130", "sass"), "keras-torch": ("cu130", "sass"),
-                 "tensorflow": ("cuda12", "sass"), "keras-tensorflow": ("cuda12", "sass"),
+                 "tensorflow": ("cuda12", "jit"), "keras-tensorflow": ("cuda12", "jit"),
                  "jax": ("cuda13", "codegen"), "keras-jax": ("cuda13", "codegen"),
                  "mxnet": ["mxnet-cu112", "sm_50, sm_60, sm_70, sm_80, sm_86", "no PTX", "sm_90"],
                  "cntk": ("cu100", "jit")},
