@@ -130,7 +130,7 @@ _add(
           sass=(50, 60, 70, 80, 86), verified=True,
           source="libmxnet.so of mxnet-cu112 1.9.1 read with cuobjdump 13.5 --list-elf/--list-ptx and "
                  "tools/fatbin_archs.py: 198 kernels each for sm_50, 60, 70, 80, 86 and no PTX "
-                 "(mxnet-cu117 1.9.1 lists the same, FRAMEWORK_NOTES h)",
+                 "(the other 1.9.1 GPU wheel, mxnet-cu117, read the same way: SASS sm_50-sm_86, no PTX, so it would not help)",
           note=("520", "its pointwise fusion compiles with NVRTC 11.8 at run time, which this driver (older than "
                        "CUDA 11.8's 520) may refuse: set MXNET_USE_FUSION=0 if it fails (not tested)")),
     # CNTK: the last release's GPU wheel, Python 3.6.
