@@ -37,6 +37,15 @@ from runner.bootstrap import EnvError, create_venv, env_python, file_digest, rea
 DRIVER_LIBRARIES = ("libcuda.so*", "libnvidia-*.so*", "libcudadebugger.so*", "libnvcuvid.so*", "libnvoptix.so*")
 
 
+#: Modules a notebook never loads, per environment, and why: libraries missing only for them are listed apart.
+UNUSED_MODULES = {
+    "cntk": (("Cntk.DelayLoadedExtensions-2.7.so", "Cntk.Deserializers.Image-2.7.so", "libopencv_imgcodecs.so.3.1",
+              "Cntk.BinaryConvolution-2.7.so"),
+             "CNTK's image reader with its OpenCV codecs (JPEG, PNG, TIFF, JasPer) and its Halide binary-convolution "
+             "plugin; the DS2 notebook feeds arrays and uses neither"),
+}
+
+
 def is_driver_library(name: str) -> bool:
     return any(fnmatch.fnmatch(name, pattern) for pattern in DRIVER_LIBRARIES)
 
@@ -118,8 +127,8 @@ def check(env, build, dest: str, python: str, no_build: bool, log) -> dict:
     try:
         if no_build:
             venv = os.path.join(dest, "%s-cuda-%s" % (env.name, build.name))
-            if not os.path.exists(env_python(venv)):
-                raise EnvError("not built (run without --no-build)")
+            if not read_stamp(venv) or not os.path.exists(env_python(venv)):   # the stamp is written last
+                raise EnvError("not built, or its build failed (run without --no-build)")
         else:
             venv = build_env(env, build, dest, python, log)
     except EnvError as e:
@@ -145,12 +154,20 @@ def check(env, build, dest: str, python: str, no_build: bool, log) -> dict:
         users = sorted(users)
         return users[:5] + (["... %d more" % (len(users) - 5)] if len(users) > 5 else [])
 
+    unused, why_unused = UNUSED_MODULES.get(env.name, ((), ""))
     result["libraries_checked"] = len(libs)
     result["library_path"] = library_path
     result["driver_libraries_missing"] = sorted(n for n in needed_by if is_driver_library(n))
-    result["in_environment_not_on_path"] = {n: cut(v) for n, v in sorted(needed_by.items())
-                                           if not is_driver_library(n) and n in in_env}
-    result["missing"] = {n: cut(v) for n, v in sorted(needed_by.items()) if not is_driver_library(n) and n not in in_env}
+    rest = {n: v for n, v in needed_by.items() if not is_driver_library(n)}
+    # libpythonX.Y.so: loaded by the environment's interpreter before any extension module
+    result["interpreter_library"] = sorted(n for n in rest if n.startswith("libpython"))
+    rest = {n: v for n, v in rest.items() if not n.startswith("libpython")}
+    result["in_environment_not_on_path"] = {n: cut(v) for n, v in sorted(rest.items()) if n in in_env}
+    rest = {n: v for n, v in rest.items() if n not in in_env}
+    only_unused = {n: v for n, v in rest.items() if all(os.path.basename(u) in unused for u in v)}
+    result["only_for_unused_modules"] = {"why": why_unused, "libraries": {n: cut(v) for n, v in sorted(only_unused.items())}} \
+        if only_unused else {}
+    result["missing"] = {n: cut(v) for n, v in sorted(rest.items()) if n not in only_unused}
     return result
 
 
@@ -206,6 +223,11 @@ def summary(r: dict) -> str:
                  % (", ".join(r["driver_libraries_missing"]) or "none"))
     if r.get("system_prerequisite_missing"):
         lines.append("  system prerequisite missing: %s" % r["system_prerequisite_missing"])
+    if r.get("interpreter_library"):
+        lines.append("  the interpreter's own (loaded by python first): %s" % ", ".join(r["interpreter_library"]))
+    if r.get("only_for_unused_modules"):
+        lines.append("  missing only for modules the notebook never loads (%s): %s"
+                     % (r["only_for_unused_modules"]["why"], ", ".join(r["only_for_unused_modules"]["libraries"])))
     for name, users in r.get("in_environment_not_on_path", {}).items():
         lines.append("  in the environment, not on ldd's path (loaded by its parent first): %s (needed by %s)"
                      % (name, ", ".join(users)))
