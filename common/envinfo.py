@@ -32,18 +32,18 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def gpus() -> List[dict]:
-    """NVIDIA GPUs visible to nvidia-smi: name, driver, memory (MiB), compute capability."""
-    fields = ["name", "driver_version", "memory.total", "compute_cap"]
-    out = _run(["nvidia-smi", "--query-gpu=" + ",".join(fields), "--format=csv,noheader,nounits"])
-    if out is None:  # drivers older than 510 do not know compute_cap
-        fields = fields[:3]
-        out = _run(["nvidia-smi", "--query-gpu=" + ",".join(fields), "--format=csv,noheader,nounits"])
-    if not out:
-        return []
+GPU_FIELDS = ["name", "driver_version", "memory.total", "compute_cap"]
+
+
+def parse_gpus(text: Optional[str]) -> List[dict]:
+    """What ``nvidia-smi --query-gpu=name,driver_version,memory.total[,compute_cap]
+    --format=csv,noheader,nounits`` printed -> one dict per GPU: name, driver, memory_mib,
+    compute_capability (absent when the driver is too old to report it)."""
     result = []
-    for line in out.strip().splitlines():
+    for line in (text or "").strip().splitlines():
         values = [v.strip() for v in line.split(",")]
+        if not values[0]:
+            continue
         gpu = dict(zip(["name", "driver", "memory_mib", "compute_capability"], values))
         if "memory_mib" in gpu:
             try:
@@ -52,6 +52,14 @@ def gpus() -> List[dict]:
                 pass
         result.append(gpu)
     return result
+
+
+def gpus() -> List[dict]:
+    """NVIDIA GPUs visible to nvidia-smi (the first one on PATH): name, driver, memory (MiB), compute capability."""
+    out = _run(["nvidia-smi", "--query-gpu=" + ",".join(GPU_FIELDS), "--format=csv,noheader,nounits"])
+    if out is None:  # drivers older than 510 do not know compute_cap
+        out = _run(["nvidia-smi", "--query-gpu=" + ",".join(GPU_FIELDS[:3]), "--format=csv,noheader,nounits"])
+    return parse_gpus(out)
 
 
 def cuda_driver_version() -> Optional[str]:

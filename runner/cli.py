@@ -8,7 +8,7 @@ from typing import List
 from common import envinfo
 from common.spec import PRECISIONS, PRESETS, get_preset
 
-from . import envs, execute, report
+from . import envs, execute, preflight, report
 from .bootstrap import ROOT, EnvError
 from .targets import ALL_TARGETS, ENVS, TARGETS, VARIANTS, names, variants_of
 
@@ -68,6 +68,14 @@ def env_python(text: str):
     return name, path
 
 
+def gpu_build(text: str):
+    """ENV=BUILD for --gpu-build (runner/preflight.py BUILDS)."""
+    try:
+        return preflight.parse_overrides(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e))
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="run_all.py", description="Run the DS2 notebooks of every framework and write results.md.")
     p.add_argument("--frameworks", type=comma_list(list(ALL_TARGETS), "framework"), default=list(TARGETS),
@@ -99,6 +107,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a CPython 3.6 (shared-library build) for the CNTK environment; env DS2_CNTK_PYTHON")
     p.add_argument("--setup-only", action="store_true", help="create the environments and kernels, run nothing")
     p.add_argument("--list", action="store_true", help="list targets and their environments, then exit")
+    p.add_argument("--check", action="store_true",
+                   help="print the GPU preflight (GPU, driver, which build of each framework runs here) and exit")
+    p.add_argument("--gpu-build", type=gpu_build, action="append", default=[], metavar="ENV=BUILD",
+                   help="force a CUDA build, e.g. pytorch=cu126 (env DS2_GPU_BUILD=pytorch=cu126,jax=cuda12); "
+                        "builds: %s" % "; ".join("%s: %s" % (e, ", ".join(b.name for b in bs))
+                                                 for e, bs in preflight.BUILDS.items()))
     p.add_argument("--no-progress", action="store_true", help="no papermill progress bars")
     return p
 
@@ -108,19 +122,32 @@ def main(argv=None) -> int:
     pythons = dict(args.python)
     if args.cntk_python and "cntk" in ENVS:
         pythons.setdefault("cntk", args.cntk_python)
+    try:
+        gpu_builds = preflight.env_overrides()
+    except ValueError as e:
+        print("run_all.py: error: DS2_GPU_BUILD: %s" % e, file=sys.stderr)
+        return 2
+    for forced in args.gpu_build:
+        gpu_builds.update(forced)
     gpus = envinfo.gpus()
     device = args.device if args.device != "auto" else ("cuda" if gpus else "cpu")
     if device == "cuda" and not gpus:
         print("run_all.py: error: --device cuda, but nvidia-smi sees no GPU", file=sys.stderr)
         return 2
 
+    if args.check:
+        print("\n".join(preflight.report(TARGETS.values(), gpus if device == "cuda" else [], gpu_builds, details=True)))
+        return 0
     if args.list:
         print("device: %s%s" % (device, " (%s)" % gpus[0]["name"] if gpus and device == "cuda" else ""))
+        decisions = preflight.plan(ALL_TARGETS.values(), gpus[0], gpu_builds) if device == "cuda" else {}
         for t in ALL_TARGETS.values():
             env = ENVS[t.env]
-            state = envs.status(env, device, pythons.get(env.name))
+            build = decisions[t.name].build if t.name in decisions else None
+            state = envs.status(env, device, pythons.get(env.name), build)
             present = "" if os.path.exists(t.notebook_path) else "  [notebook missing]"
             print("%-18s %-40s env %-10s %-8s %s%s" % (t.name, t.label, env.name, state, env.python_hint, present))
+        print("\n".join(preflight.report(TARGETS.values(), gpus if device == "cuda" else [], gpu_builds)))
         return 0
 
     if args.preset is None:
@@ -132,11 +159,18 @@ def main(argv=None) -> int:
     if args.variants:
         targets += [v for t in list(targets) for v in variants_of(t.name) if v not in targets]
 
+    if device == "cuda":
+        print("\n".join(preflight.report(targets, gpus, gpu_builds)))
     if args.setup_only:
         failed = 0
         for env_name in sorted(set(t.env for t in targets), key=list(ENVS).index):
+            decision = preflight.decide(env_name, gpus[0], gpu_builds.get(env_name)) if device == "cuda" else None
+            if decision is not None and not decision.runs:
+                print("%s: skipped: %s" % (env_name, decision.reason))
+                continue
             try:
-                kernel = envs.ensure(ENVS[env_name], device, pythons.get(env_name))
+                kernel = envs.ensure(ENVS[env_name], device, pythons.get(env_name),
+                                     build=decision.build if decision else None)
                 print("%s: ready (kernel %s)" % (env_name, kernel))
             except EnvError as e:
                 failed += 1
@@ -155,7 +189,7 @@ def main(argv=None) -> int:
         print("[%d/%d] %s, %s" % (i, len(runs), target.name, precision), flush=True)
         opts = execute.RunOptions(preset, precision, args.seed, device, results_dir, timeout=args.timeout,
                                   pythons=pythons, command=command, gpu=gpus[0] if gpus else None,
-                                  progress=not args.no_progress)
+                                  progress=not args.no_progress, gpu_builds=gpu_builds)
         if args.workers > 1:
             from . import distributed
             statuses.append(distributed.run_target(target, opts, args.workers)["status"])

@@ -567,19 +567,12 @@ def run_target(target: Target, opts, workers: int, announce=print, python: Optio
     # 1. can it run data-parallel here at all?
     if launcher is None:
         return finish("skipped", "no data-parallel launcher is defined for %s (runner/distributed.py)" % target.name)
-    if not os.path.exists(target.notebook_path):
-        return finish("failed", "notebook %s does not exist" % rel(target.notebook_path))
+    decision, status, why = execute.can_run(target, opts)
+    if why:
+        return finish(status, why)
     reason = no_dp_reason(target, launcher)
     if reason:
         return finish("skipped", reason)
-    if opts.device == "cpu" and opts.precision != "fp32":
-        return finish("skipped", "precision %s needs a CUDA GPU; CPU runs are fp32" % opts.precision)
-    if opts.device == "cuda" and target.gpu_unsupported:
-        why = target.gpu_unsupported(envinfo.compute_capability(opts.gpu or {}))
-        if why:
-            return finish("skipped", why)
-    if opts.device == "cuda" and opts.precision in target.unsupported_gpu_precisions:
-        return finish("skipped", "precision %s: %s" % (opts.precision, target.unsupported_gpu_precisions[opts.precision]))
     if opts.device == "cuda":
         visible = len(envinfo.gpus())
         if visible < workers:     # one GPU per worker (torchrun LOCAL_RANK, MWMS, JAX, mpiexec) or per device (MXNet)
@@ -593,11 +586,12 @@ def run_target(target: Target, opts, workers: int, announce=print, python: Optio
     if python is None:
         env = ENVS[target.env]
         try:
-            envs.ensure(env, opts.device, opts.pythons.get(env.name), announce=announce)
+            envs.ensure(env, opts.device, opts.pythons.get(env.name), announce=announce,
+                        build=decision.build if decision else None)
         except EnvError as e:
             missing = env.needs_python and env.name not in opts.pythons
             return finish("skipped" if missing else "failed", "environment %s: %s" % (env.name, e))
-        venv = envs.env_path(env, opts.device, opts.pythons.get(env.name))
+        venv = envs.env_path(env, opts.device, opts.pythons.get(env.name), decision.build if decision else None)
         python = env_python(venv)
     if launcher.kind == "torchrun" and not os.path.exists(os.path.join(os.path.dirname(python), "torchrun")):
         return finish("failed", "torchrun not found next to %s" % python)

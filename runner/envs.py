@@ -15,6 +15,8 @@ from typing import Optional
 from common.results import atomic_write_text
 
 from .bootstrap import ENVS_DIR, ROOT, STAMP, EnvError, create_venv, env_python, file_digest, read_stamp, run_logged
+from . import preflight
+from .preflight import Build
 from .targets import Env
 
 
@@ -29,12 +31,19 @@ def _suffix(python: Optional[str]) -> str:
     return "-" + hashlib.sha256(os.path.realpath(python).encode()).hexdigest()[:8]
 
 
-def env_path(env: Env, device: str, python: Optional[str] = None) -> str:
-    return os.path.join(ENVS_DIR, "%s-%s%s" % (env.name, device, _suffix(python)))
+def _variant(env: Env, device: str, build: Optional[Build]) -> str:
+    """'-cu126' for a GPU build of an environment that has several (runner/preflight.py), else ''."""
+    if device == "cuda" and build is not None and len(preflight.builds(env.name)) > 1:
+        return "-" + build.name
+    return ""
 
 
-def kernel_name(env: Env, device: str, python: Optional[str] = None) -> str:
-    return "ds2-%s-%s%s" % (env.name, device, _suffix(python))
+def env_path(env: Env, device: str, python: Optional[str] = None, build: Optional[Build] = None) -> str:
+    return os.path.join(ENVS_DIR, "%s-%s%s%s" % (env.name, device, _variant(env, device, build), _suffix(python)))
+
+
+def kernel_name(env: Env, device: str, python: Optional[str] = None, build: Optional[Build] = None) -> str:
+    return "ds2-%s-%s%s%s" % (env.name, device, _variant(env, device, build), _suffix(python))
 
 
 def kernels_prefix() -> str:
@@ -53,22 +62,23 @@ def python_version(python: str) -> str:
     return out.stdout.strip()
 
 
-def status(env: Env, device: str, python: Optional[str] = None) -> str:
+def status(env: Env, device: str, python: Optional[str] = None, build: Optional[Build] = None) -> str:
     """"ready", "outdated" (pins changed) or "missing"."""
-    path = env_path(env, device, python)
+    path = env_path(env, device, python, build)
     if not os.path.exists(env_python(path)):
         return "missing"
     stamp = read_stamp(path)
-    req = env.requirements(device)
+    req = env.requirements(device, build)
     if not os.path.exists(req) or stamp.get("requirements") != file_digest(req):
         return "outdated"
     return "ready"
 
 
-def ensure(env: Env, device: str, python: Optional[str] = None, announce=print) -> str:
+def ensure(env: Env, device: str, python: Optional[str] = None, announce=print, build: Optional[Build] = None) -> str:
     """Create (if needed) the environment and register its kernel; returns the kernel name.
 
-    ``python`` is an interpreter to build it from (default: the runner's base interpreter).
+    ``python`` is an interpreter to build it from (default: the runner's base interpreter); ``build``
+    the CUDA build chosen by runner/preflight.py (its own pins and environment, ``<env>-cuda-<build>``).
     Raises :class:`EnvError` with a one-line reason when it cannot be made.
     """
     if env.needs_python and not python:
@@ -76,19 +86,22 @@ def ensure(env: Env, device: str, python: Optional[str] = None, announce=print) 
     base = python or default_python()
     if python and not os.path.exists(python):
         raise EnvError("interpreter %s for %s not found" % (python, env.name))
-    req = env.requirements(device)
+    req = env.requirements(device, build)
     if not os.path.exists(req):
         raise EnvError("no pins for %s on %s: %s is missing" % (env.name, device, os.path.relpath(req, ROOT)))
     if env.needs:
         reason = env.needs()
         if reason:
             raise EnvError(reason)
-    path = env_path(env, device, python)
+    path = env_path(env, device, python, build)
     version = python_version(base)
     if env.python_versions and ".".join(version.split(".")[:2]) not in env.python_versions:
         raise EnvError("%s needs Python %s; %s is Python %s"
                        % (env.label, " or ".join(env.python_versions), base, version))
     stamp = {"requirements": file_digest(req), "python": os.path.realpath(base), "python_version": version}
+    if device == "cuda" and build is not None:
+        stamp["gpu_build"] = {"build": build.name, "package": build.package, "cuda": build.cuda,
+                              "pins": os.path.relpath(req, ROOT)}
     log = os.path.join(ENVS_DIR, "%s.log" % os.path.basename(path))
     fresh = read_stamp(path) != stamp or not os.path.exists(env_python(path))
     if fresh:
@@ -104,11 +117,24 @@ def ensure(env: Env, device: str, python: Optional[str] = None, announce=print) 
             except BaseException:
                 os.remove(os.path.join(path, STAMP))   # not ready: rebuilt next time
                 raise
-    name = kernel_name(env, device, python)
-    spec_dir = os.path.join(kernels_prefix(), "share", "jupyter", "kernels", name)
-    if fresh or not os.path.exists(os.path.join(spec_dir, "kernel.json")):
+    name = kernel_name(env, device, python, build)
+    spec_file = os.path.join(kernels_prefix(), "share", "jupyter", "kernels", name, "kernel.json")
+    if fresh or not os.path.exists(spec_file) or not _kernel_env_current(env, path, spec_file):
         register_kernel(env, path, name, version, log)
     return name
+
+
+def _kernel_env_current(env: Env, path: str, spec_file: str) -> bool:
+    """Whether the registered kernel still carries the environment variables its environment asks for
+    now (CNTK's library path follows the machine's driver directories, which can change)."""
+    if not env.kernel_env:
+        return True
+    try:
+        with open(spec_file) as f:
+            have = json.load(f).get("env", {})
+    except (OSError, ValueError):
+        return False
+    return all(have.get(k) == v for k, v in env.kernel_env(path).items())
 
 
 def register_kernel(env: Env, path: str, name: str, version: str, log: str) -> None:

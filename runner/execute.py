@@ -17,7 +17,7 @@ from common import envinfo, results
 from common.data import DeepMarkIterator
 from common.spec import Preset, get_preset
 
-from . import envs
+from . import envs, preflight
 from .bootstrap import ROOT, EnvError
 from .targets import ENVS, Target
 
@@ -25,7 +25,8 @@ from .targets import ENVS, Target
 class RunOptions:
     def __init__(self, preset: Preset, precision: str, seed: int, device: str, results_dir: str,
                  timeout: Optional[float] = None, pythons: Optional[Dict[str, str]] = None,
-                 command: str = "", gpu: Optional[dict] = None, progress: bool = True):
+                 command: str = "", gpu: Optional[dict] = None, progress: bool = True,
+                 gpu_builds: Optional[Dict[str, str]] = None):
         self.preset = preset
         self.precision = precision
         self.seed = seed
@@ -36,6 +37,7 @@ class RunOptions:
         self.command = command
         self.gpu = gpu                  # first GPU's facts (envinfo.gpus()[0]) when device is cuda
         self.progress = progress
+        self.gpu_builds = gpu_builds or {}  # env name -> CUDA build forced with --gpu-build (runner/preflight.py)
 
     @property
     def device_slug(self) -> str:
@@ -86,14 +88,19 @@ def _base_fields(target: Target, opts: RunOptions) -> dict:
                         else envinfo.cpu_model()})
 
 
-def _run_info(target: Target, opts: RunOptions, started: str, notebook_out: Optional[str]) -> dict:
+def _run_info(target: Target, opts: RunOptions, started: str, notebook_out: Optional[str],
+              decision: Optional[preflight.Decision] = None) -> dict:
     env = ENVS[target.env]
-    return {"started": started, "finished": results.utc_now(), "command": opts.command,
+    build = decision.build if decision else None
+    info = {"started": started, "finished": results.utc_now(), "command": opts.command,
             "git_commit": git_commit(), "notebook": "notebooks/" + target.notebook,
-            "environment": os.path.relpath(env.requirements(opts.device), ROOT),   # the CPU or GPU builds
+            "environment": os.path.relpath(env.requirements(opts.device, build), ROOT),   # the CPU or GPU build's pins
             "interpreter": opts.pythons.get(env.name),
             "executed_notebook": os.path.relpath(notebook_out, ROOT) if notebook_out else None,
             "runner_python": sys.version.split()[0]}
+    if decision is not None:
+        info["gpu_build"] = decision.record()      # which CUDA build, why (runner/preflight.py)
+    return info
 
 
 def papermill_reason(exc: BaseException, timeout: Optional[float]) -> str:
@@ -135,6 +142,26 @@ def kernel_manager_logging_to(log_path: str):
     return LoggingKernelManager
 
 
+def can_run(target: Target, opts: RunOptions):
+    """(the GPU preflight's decision or None, status, reason): reason is None when ``target`` can run with
+    ``opts`` here, else why not ("failed" for a missing notebook, "skipped" for what this machine cannot do)."""
+    decision = None
+    if opts.device == "cuda":
+        decision = preflight.decide(target.env, opts.gpu, opts.gpu_builds.get(target.env))
+    if not os.path.exists(target.notebook_path):
+        return decision, "failed", "notebook %s does not exist" % os.path.relpath(target.notebook_path, ROOT)
+    if opts.device == "cpu" and target.cpu_precision_reason(opts.precision):
+        return decision, "skipped", target.cpu_precision_reason(opts.precision)
+    if decision is not None and not decision.runs:
+        return decision, "skipped", decision.reason
+    if opts.device == "cuda" and preflight.precision_reason(opts.precision, opts.gpu):
+        return decision, "skipped", preflight.precision_reason(opts.precision, opts.gpu)
+    if opts.device == "cuda" and opts.precision in target.unsupported_gpu_precisions:
+        why = target.unsupported_gpu_precisions[opts.precision]
+        return decision, "skipped", "precision %s: %s" % (opts.precision, why)
+    return decision, None, None
+
+
 def run_target(target: Target, opts: RunOptions, announce=print) -> dict:
     """Run ``target`` and write its record; returns the record."""
     started = results.utc_now()
@@ -152,27 +179,20 @@ def run_target(target: Target, opts: RunOptions, announce=print) -> dict:
     def finish(status: str, reason: str, executed: Optional[str] = None) -> dict:
         rec = results.failed_record(target.name, status, reason, **_base_fields(target, opts))
         rec["environment"] = envinfo.collect()
-        rec["run"] = _run_info(target, opts, started, executed)
+        rec["run"] = _run_info(target, opts, started, executed, decision)
         results.write_record(record_path, rec)
         announce("  %s: %s" % (status, rec["error"]))
         return rec
 
-    # 1. can it run here at all?
-    if not os.path.exists(target.notebook_path):
-        return finish("failed", "notebook %s does not exist" % os.path.relpath(target.notebook_path, ROOT))
-    if opts.device == "cpu" and opts.precision != "fp32":
-        return finish("skipped", "precision %s needs a CUDA GPU; CPU runs are fp32" % opts.precision)
-    if opts.device == "cuda" and target.gpu_unsupported:
-        reason = target.gpu_unsupported(envinfo.compute_capability(opts.gpu or {}))
-        if reason:
-            return finish("skipped", reason)
-    if opts.device == "cuda" and opts.precision in target.unsupported_gpu_precisions:
-        why = target.unsupported_gpu_precisions[opts.precision]
-        return finish("skipped", "precision %s: %s" % (opts.precision, why))
+    # 1. can it run here at all?  (the GPU preflight: build, driver, architecture, precision)
+    decision, status, reason = can_run(target, opts)
+    if reason:
+        return finish(status, reason)
     # 2. its environment and kernel
     env = ENVS[target.env]
     try:
-        kernel = envs.ensure(env, opts.device, opts.pythons.get(env.name), announce=announce)
+        kernel = envs.ensure(env, opts.device, opts.pythons.get(env.name), announce=announce,
+                             build=decision.build if decision else None)
     except EnvError as e:
         missing = env.needs_python and env.name not in opts.pythons   # not given: skipped, not broken
         return finish("skipped" if missing else "failed", "environment %s: %s" % (env.name, e))
@@ -211,7 +231,7 @@ def run_target(target: Target, opts: RunOptions, announce=print) -> dict:
     if got != expected:
         rec["status"], rec["error"] = "failed", "data checksum %s differs from the runner's %s" % (got, expected)
     rec["row_of_record"] = target.variant_of or target.name
-    rec["run"] = dict(rec.get("run", {}), **_run_info(target, opts, started, notebook_out))
+    rec["run"] = dict(rec.get("run", {}), **_run_info(target, opts, started, notebook_out, decision))
     rec["run"]["wall_s"] = time.time() - t0
     results.write_record(record_path, rec)
     if rec["status"] == "ok":

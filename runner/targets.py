@@ -8,9 +8,10 @@ import glob
 import os
 import subprocess
 from collections import OrderedDict
-from typing import Callable, Dict, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from .bootstrap import ROOT, EnvError, env_python, last_error_line
+from .preflight import Build
 
 
 class Env:
@@ -31,51 +32,51 @@ class Env:
         self.pip = pip                          # what pip is upgraded to before the pins are installed
         self.python_versions = python_versions  # major.minor versions its pins exist for (None: any)
 
-    def requirements(self, device: str) -> str:
+    def requirements(self, device: str, build: Optional[Build] = None) -> str:
+        """The pins file: ``envs/<env>-<device>.txt``, or on a GPU the chosen build's (runner/preflight.py)."""
+        if device == "cuda" and build is not None:
+            return os.path.join(ROOT, "envs", build.pins)
         return os.path.join(ROOT, "envs", "%s-%s.txt" % (self.name, device))
 
 
 class Target:
-    """One row: a notebook run in an environment with fixed extra parameters."""
+    """One row: a notebook run in an environment with fixed extra parameters.
+
+    Which GPUs and drivers can run it is decided by its environment's CUDA builds in
+    runner/preflight.py (BUILDS); ``cpu_precisions`` are the precisions it runs on a CPU, with
+    ``cpu_precision_reasons`` saying why the others do not.
+    """
 
     def __init__(self, name: str, label: str, notebook: str, env: str, parameters: Optional[dict] = None,
-                 gpu_unsupported: Optional[Callable[[Optional[float]], Optional[str]]] = None,
-                 unsupported_gpu_precisions: Optional[Dict[str, str]] = None, variant_of: Optional[str] = None):
+                 unsupported_gpu_precisions: Optional[Dict[str, str]] = None,
+                 cpu_precisions: Tuple[str, ...] = ("fp32", "bf16"),
+                 cpu_precision_reasons: Optional[Dict[str, str]] = None, variant_of: Optional[str] = None):
         self.name = name
         self.variant_of = variant_of            # the row of record this target is a faster variant of
         self.label = label
         self.notebook = notebook
         self.env = env
         self.parameters = parameters or {}
-        self.gpu_unsupported = gpu_unsupported  # compute capability -> reason it cannot run, or None
         self.unsupported_gpu_precisions = unsupported_gpu_precisions or {}  # precision -> why it has no GPU path
+        self.cpu_precisions = cpu_precisions                                 # precisions that run on a CPU
+        self.cpu_precision_reasons = cpu_precision_reasons or {}            # precision -> why not on a CPU
+
+    def cpu_precision_reason(self, precision: str) -> Optional[str]:
+        """Why ``precision`` does not run on a CPU for this target, or None when it does."""
+        if precision in self.cpu_precisions:
+            return None
+        if precision == "tf32":
+            return "precision tf32 needs an NVIDIA GPU (Ampere or newer): TF32 is a format of its tensor cores, a CPU has none"
+        return "precision %s: %s" % (precision, self.cpu_precision_reasons.get(
+            precision, "%s does not run it on a CPU" % self.label))
 
     @property
     def notebook_path(self) -> str:
         return os.path.join(ROOT, "notebooks", self.notebook)
 
 
-# ---- MXNet: the newest GPU wheels stop at Ampere ------------------------------------------------
-#: GPU code in libmxnet.so of mxnet-cu112 and mxnet-cu117 1.9.1 (the last MXNet release): machine code
-#: (SASS) for these architectures and no PTX, so the driver has nothing to compile for newer GPUs.
-MXNET_GPU_SASS = (50, 60, 70, 80, 86)
-
-
-def mxnet_gpu_unsupported(cc: Optional[float]) -> Optional[str]:
-    """Why MXNet 1.9.1's GPU build cannot run on a GPU of compute capability ``cc``, or None.
-
-    SASS for sm_XY runs on GPUs of major version X and minor version >= Y (sm_86 code runs on
-    Ada, sm_89), so every 5.x-8.x GPU runs it; Kepler (3.x), Hopper (9.0) and Blackwell do not.
-    """
-    if cc is None:
-        return None
-    major, minor = divmod(int(round(cc * 10)), 10)
-    if any(arch // 10 == major and arch % 10 <= minor for arch in MXNET_GPU_SASS):
-        return None
-    return ("MXNet 1.9.1's GPU wheels (mxnet-cu112, mxnet-cu117) carry machine code for sm_50-sm_86 only and no "
-            "PTX, so they cannot run on this sm_%d GPU (CUDA: no kernel image is available)" % (major * 10 + minor))
-
-
+# ---- MXNet: CUDA 11 libraries from NVIDIA's wheels -------------------------------------------------
+# (which GPUs its GPU build runs on: runner/preflight.py BUILDS["mxnet"])
 def mxnet_kernel_env(venv: str) -> Dict[str, str]:
     """LD_LIBRARY_PATH to the CUDA 11 libraries of NVIDIA's pip wheels (envs/mxnet-cuda.txt), which
     libmxnet.so links but does not bundle; then the machine's own LD_LIBRARY_PATH (the driver may be
@@ -84,7 +85,7 @@ def mxnet_kernel_env(venv: str) -> Dict[str, str]:
     return {"LD_LIBRARY_PATH": os.pathsep.join(libs + ["${LD_LIBRARY_PATH}"])} if libs else {}
 
 
-# ---- CNTK: CPython 3.6, OpenMPI 1.10 sonames, GPUs up to Volta ------------------------------------
+# ---- CNTK: CPython 3.6, OpenMPI 1.10 sonames, a library path that keeps the driver ------------------------------------
 MPI_LIBDIRS = ["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/lib64/openmpi/lib",
                "/usr/lib/x86_64-linux-gnu/openmpi/lib"]
 #: the OpenMPI 1.10 sonames CNTK 2.7 links -> the OpenMPI 4 libraries that stand in for them
@@ -132,17 +133,45 @@ def cntk_post_create(venv: str) -> None:
         raise EnvError("import cntk fails in %s: %s" % (venv, last_error_line(proc.stdout)))
 
 
-def cntk_kernel_env(venv: str) -> Dict[str, str]:
-    """The kernel's library path: the soname links only.  (CNTK's import runs ``ldconfig -N -v`` on every
-    directory of LD_LIBRARY_PATH, which as root writes soname links there: keep system directories out.)"""
-    return {"LD_LIBRARY_PATH": cntk_mpi_dir(venv)}
+#: Where NVIDIA drivers live outside the loader's default directories: NVIDIA's container runtime
+#: (older nvidia-docker and Kubernetes device plugins mount the driver at /usr/local/nvidia/lib64)
+#: and WSL 2 (/usr/lib/wsl/lib).  The default directories (/usr/lib/x86_64-linux-gnu, /usr/lib64)
+#: are found through ld.so.cache without LD_LIBRARY_PATH, so they are never added.
+DRIVER_DIRS = ["/usr/local/nvidia/lib64", "/usr/local/nvidia/lib", "/usr/lib/wsl/lib"]
+#: The driver's own libraries that CNTK's GPU build loads (libcuda: CUDA; libnvidia-ml: NVML, a NEEDED entry)
+DRIVER_LIBS = ("libcuda.so.1", "libnvidia-ml.so.1")
 
 
-def cntk_gpu_unsupported(cc: Optional[float]) -> Optional[str]:
-    if cc is not None and cc > 7.0:
-        return ("cntk-gpu 2.7 bundles CUDA 10.0 and cuDNN 7.3 with code for GPUs up to Volta (sm_70); "
-                "this GPU is sm_%d" % round(cc * 10))
-    return None
+def driver_dirs(environ=None) -> List[str]:
+    """Directories holding the NVIDIA driver's libraries that the loader reaches only through
+    LD_LIBRARY_PATH: those of the inherited LD_LIBRARY_PATH, then DRIVER_DIRS, in that order, once each."""
+    environ = os.environ if environ is None else environ
+    found = []
+    for d in [p for p in environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p] + DRIVER_DIRS:
+        if d not in found and any(os.path.exists(os.path.join(d, lib)) for lib in DRIVER_LIBS):
+            found.append(d)
+    return found
+
+
+#: Largest CUDA JIT cache the driver accepts: 4 GiB (CUDA Programming Guide, environment variables,
+#: CUDA_CACHE_MAXSIZE; recalled, not re-read for this driver generation -- a larger value would be ignored
+#: or capped, a smaller default (256 MiB to 1 GiB depending on the driver) can evict the compiled code).
+#: On GPUs newer than Turing the driver compiles CNTK's and cuDNN 7's PTX, which must stay in the cache.
+CNTK_JIT_CACHE_BYTES = str(4 << 30)
+
+
+def cntk_kernel_env(venv: str, environ=None) -> Dict[str, str]:
+    """The kernel's library path: the soname links, then the driver's directories that the loader
+    would not find by itself (:func:`driver_dirs`) -- and nothing else of the machine's LD_LIBRARY_PATH.
+
+    Trade-off: CNTK's import runs ``ldconfig -N -v`` on every directory of LD_LIBRARY_PATH, which as root
+    writes soname links there.  System directories stay out, so nothing is written there; a driver
+    directory that a container mounts (or puts on LD_LIBRARY_PATH) does get that treatment -- ldconfig
+    only adds missing soname links, and without the directory CNTK's GPU build cannot find
+    libcuda.so.1 / libnvidia-ml.so.1 at all.
+    """
+    return {"LD_LIBRARY_PATH": os.pathsep.join([cntk_mpi_dir(venv)] + driver_dirs(environ)),
+            "CUDA_CACHE_MAXSIZE": CNTK_JIT_CACHE_BYTES}
 
 
 #: CNTK computes in fp32 only: its CUDA 10 predates TF32 and it has no bfloat16
@@ -165,11 +194,14 @@ ENVS = OrderedDict((e.name, e) for e in [
 TARGETS = OrderedDict((t.name, t) for t in [
     Target("pytorch", "PyTorch (torch.nn)", "PyTorch_DS2.ipynb", "pytorch"),
     Target("tensorflow", "TensorFlow (tf.keras)", "TensorFlow_DS2.ipynb", "tensorflow"),
-    Target("mxnet", "MXNet (Gluon)", "MXNet_DS2.ipynb", "mxnet", gpu_unsupported=mxnet_gpu_unsupported,
+    # bf16 on a CPU: mx.contrib.amp's bfloat16 mode (oneDNN) puts convolutions and dense layers in bf16,
+    # the RNN and CTC stay fp32 (the notebook says why)
+    Target("mxnet", "MXNet (Gluon)", "MXNet_DS2.ipynb", "mxnet",
            unsupported_gpu_precisions={"bf16": "MXNet 1.9 has no bfloat16 GPU path (mx.contrib.amp casts to "
                                                "bfloat16 on the CPU only, to float16 on a GPU)"}),
-    Target("cntk", "CNTK (cntk.layers)", "CNTK_DS2.ipynb", "cntk", gpu_unsupported=cntk_gpu_unsupported,
-           unsupported_gpu_precisions=CNTK_UNSUPPORTED_PRECISIONS),
+    Target("cntk", "CNTK (cntk.layers)", "CNTK_DS2.ipynb", "cntk",
+           unsupported_gpu_precisions=CNTK_UNSUPPORTED_PRECISIONS, cpu_precisions=("fp32",),
+           cpu_precision_reasons={"bf16": CNTK_UNSUPPORTED_PRECISIONS["bf16"]}),
     Target("jax", "JAX (Flax NNX)", "JAX_Flax_DS2.ipynb", "jax"),
     Target("keras-jax", "Keras 3 (JAX backend)", "Keras3_DS2.ipynb", "jax", parameters={"backend": "jax"}),
     Target("keras-torch", "Keras 3 (torch backend)", "Keras3_DS2.ipynb", "pytorch", parameters={"backend": "torch"}),
@@ -196,8 +228,8 @@ _VARIANTS = [
 def _variant(name: str, of: str, label: str, variant: str) -> Target:
     base = TARGETS[of]
     return Target(name, label, base.notebook, base.env, parameters=dict(base.parameters, variant=variant),
-                  gpu_unsupported=base.gpu_unsupported, unsupported_gpu_precisions=base.unsupported_gpu_precisions,
-                  variant_of=of)
+                  unsupported_gpu_precisions=base.unsupported_gpu_precisions, cpu_precisions=base.cpu_precisions,
+                  cpu_precision_reasons=base.cpu_precision_reasons, variant_of=of)
 
 
 VARIANTS = OrderedDict((name, _variant(name, of, label, v)) for name, of, label, v in _VARIANTS)

@@ -12,7 +12,7 @@ import pytest
 from common.data import DeepMarkIterator
 from common.labels import frame_labels
 from common.spec import FRAMES_PER_SECOND, LABEL_LENGTHS, UTTERANCE_SECONDS, get_preset
-from runner import envs, execute, targets
+from runner import envs, execute, preflight, targets
 from runner.bootstrap import STAMP, EnvError, read_stamp
 from tests.conftest import ROOT
 
@@ -113,7 +113,9 @@ def fake_venv(tmp_path, script):
     return venv
 
 
-def test_cntk_post_create_links_the_old_sonames_and_imports_cntk(tmp_path, libdir):
+def test_cntk_post_create_links_the_old_sonames_and_imports_cntk(tmp_path, libdir, monkeypatch):
+    monkeypatch.setattr(targets, "DRIVER_DIRS", [])       # a machine without driver directories to add
+    monkeypatch.delenv("LD_LIBRARY_PATH", raising=False)
     for name in ("libmpi.so.40", "libmpi_cxx.so.40"):
         (libdir / name).write_text("")
     log = tmp_path / "calls"
@@ -124,7 +126,7 @@ def test_cntk_post_create_links_the_old_sonames_and_imports_cntk(tmp_path, libdi
     assert os.readlink(str(compat / "libmpi.so.12")) == str(libdir / "libmpi.so.40")
     assert os.readlink(str(compat / "libmpi_cxx.so.1")) == str(libdir / "libmpi_cxx.so.40")
     assert log.read_text().splitlines()[-1] == "%s -c import cntk" % compat   # the import sees the links
-    assert targets.cntk_kernel_env(str(venv)) == {"LD_LIBRARY_PATH": str(compat)}
+    assert targets.cntk_kernel_env(str(venv)) == {"LD_LIBRARY_PATH": str(compat), "CUDA_CACHE_MAXSIZE": str(4 << 30)}
 
 
 def test_cntk_post_create_reports_a_failing_import(tmp_path, libdir):
@@ -175,13 +177,20 @@ def test_cntk_environment_needs_python_36(tmp_path, monkeypatch):
         envs.ensure(env, "cpu", None)
 
 
-@pytest.mark.parametrize("cc, supported", [(None, True), (6.0, True), (7.0, True), (7.5, False), (8.0, False),
-                                           (9.0, False)])
-def test_cntk_gpus_up_to_volta(cc, supported):
-    reason = targets.cntk_gpu_unsupported(cc)
-    assert (reason is None) == supported
-    if reason:
-        assert "sm_70" in reason and "sm_%d" % round(cc * 10) in reason
+@pytest.mark.parametrize("cc, how", [(None, None), ("3.0", "sass"), ("6.0", "sass"), ("7.0", "sass"), ("7.5", "sass"),
+                                     ("8.0", "jit"), ("8.6", "jit"), ("9.0", "jit"), ("12.0", "jit")])
+def test_cntk_runs_natively_up_to_turing_and_through_ptx_jit_beyond(cc, how):
+    """Read from the cntk-gpu 2.7.post2 wheel (runner/preflight.py): SASS up to sm_70 (which runs on 7.x
+    GPUs, Turing included) and PTX for compute_70, which the driver compiles for any newer GPU."""
+    decision = preflight.decide("cntk", {"name": "GPU", "driver": "580.65.06", "compute_capability": cc or ""})
+    assert decision.runs and decision.build.name == "cu100" and decision.how == how
+
+
+def test_cntk_below_its_oldest_code_or_driver_is_refused():
+    kepler = preflight.decide("cntk", {"name": "GPU", "driver": "470.256.02", "compute_capability": "2.1"})
+    assert not kepler.runs and "sm_21" in kepler.reason
+    old = preflight.decide("cntk", {"name": "GPU", "driver": "396.26", "compute_capability": "7.0"})
+    assert not old.runs and "needs NVIDIA driver >= 410.48" in old.reason
 
 
 def test_cntk_precisions():

@@ -76,10 +76,41 @@ def test_out_of_memory_is_a_failed_row(tmp_path):
 
 
 def test_precision_a_cpu_does_not_run_is_skipped_with_its_reason(tmp_path):
-    run = run_all(["--preset", "smoke", "--frameworks", "pytorch", "--precision", "bf16"], tmp_path)
-    rec = run.record("pytorch", "bf16")
-    assert rec["status"] == "skipped" and "needs a CUDA GPU" in rec["error"]
+    """tf32 is a GPU tensor-core format; CNTK computes in fp32 only (bf16 runs on a CPU elsewhere)."""
+    run = run_all(["--preset", "smoke", "--frameworks", "pytorch,cntk", "--precision", "tf32", "--device", "cpu"],
+                  tmp_path)
+    for target in ("pytorch", "cntk"):
+        rec = run.record(target, "tf32")
+        assert rec["status"] == "skipped" and "TF32 is a format of its tensor cores, a CPU has none" in rec["error"]
+    run = run_all(["--preset", "smoke", "--frameworks", "cntk", "--precision", "bf16", "--device", "cpu"], tmp_path)
+    rec = run.record("cntk", "bf16")
+    assert rec["status"] == "skipped" and "CNTK 2.7 computes in fp32 only" in rec["error"]
     assert run.returncode == 0
+
+
+def test_bf16_on_a_cpu_is_not_skipped(tmp_path, monkeypatch):
+    """run_target goes on to build the environment (stopped here by a fake) for PyTorch bf16 on a CPU."""
+    from common.spec import get_preset
+    from runner import envs, execute
+    from runner.bootstrap import EnvError
+    from runner.targets import TARGETS
+
+    def no_env(env, device, python=None, announce=print, build=None):
+        raise EnvError("stopped by the test before building %s-%s" % (env.name, device))
+
+    monkeypatch.setattr(envs, "ensure", no_env)
+    opts = execute.RunOptions(get_preset("smoke"), "bf16", 0, "cpu", str(tmp_path), progress=False)
+    rec = execute.run_target(TARGETS["pytorch"], opts, announce=lambda *a: None)
+    assert rec["status"] == "failed" and "stopped by the test before building pytorch-cpu" in rec["error"]
+    assert "gpu_build" not in rec["run"]
+
+
+def test_which_precisions_run_on_a_cpu():
+    from runner.targets import TARGETS
+    bf16_on_cpu = {name for name, t in TARGETS.items() if t.cpu_precision_reason("bf16") is None}
+    assert bf16_on_cpu == {"pytorch", "tensorflow", "jax", "keras-jax", "keras-torch", "keras-tensorflow"}
+    assert all(t.cpu_precision_reason("fp32") is None for t in TARGETS.values())
+    assert all("a CPU has none" in t.cpu_precision_reason("tf32") for t in TARGETS.values())
 
 
 def test_missing_cntk_interpreter_is_skipped_with_its_reason(tmp_path, monkeypatch):

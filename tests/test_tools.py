@@ -1,0 +1,58 @@
+"""The developer check of the GPU environments (tools/check_gpu_envs.py) without building any: which
+libraries it looks at, which missing ones it forgives (the driver's), and the library path it uses."""
+import os
+import shutil
+import sys
+
+import pytest
+
+from runner.targets import ENVS
+from tests.conftest import ROOT
+
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+import check_gpu_envs  # noqa: E402
+
+
+def test_driver_libraries_are_forgiven_nothing_else():
+    for name in ("libcuda.so.1", "libnvidia-ml.so.1", "libnvidia-ptxjitcompiler.so.1"):
+        assert check_gpu_envs.is_driver_library(name)
+    for name in ("libcudart.so.11.0", "libcudnn.so.8", "libmpi.so.12", "libcublas.so.13"):
+        assert not check_gpu_envs.is_driver_library(name)
+
+
+def test_it_checks_elf_shared_libraries_only(tmp_path):
+    lib = tmp_path / "lib" / "python3.11" / "site-packages" / "pkg"
+    lib.mkdir(parents=True)
+    (lib / "a.so").write_bytes(b"\x7fELF....")
+    (lib / "b.so.12").write_bytes(b"\x7fELF....")
+    (lib / "c.so.txt").write_bytes(b"\x7fELF....")       # not a library name
+    (lib / "d.so").write_text("INPUT(-lfoo)")           # a linker script
+    os.symlink(str(lib / "a.so"), str(lib / "a.so.1"))  # links are their targets, counted once
+    assert sorted(os.path.basename(p) for p in check_gpu_envs.shared_libraries(str(tmp_path))) == ["a.so", "b.so.12"]
+
+
+@pytest.mark.skipif(shutil.which("ldd") is None, reason="no ldd on this machine")
+def test_missing_libraries_of_a_real_library():
+    import ctypes.util
+    libc = ctypes.util.find_library("c")
+    path = next((os.path.join(d, libc) for d in ("/lib/x86_64-linux-gnu", "/usr/lib64", "/lib64", "/usr/lib")
+                 if libc and os.path.exists(os.path.join(d, libc))), None)
+    if path is None:
+        pytest.skip("libc not found at a usual place")
+    assert check_gpu_envs.missing_libraries(path, "") == []
+
+
+def test_kernel_library_path_is_the_kernels(tmp_path, monkeypatch):
+    monkeypatch.setenv("LD_LIBRARY_PATH", "/machine/lib")
+    venv = tmp_path / "venv"
+    (venv / "lib" / "python3.11" / "site-packages" / "nvidia" / "cudnn" / "lib").mkdir(parents=True)
+    path = check_gpu_envs.kernel_library_path(ENVS["mxnet"], str(venv))
+    assert path.split(os.pathsep) == [str(venv / "lib" / "python3.11" / "site-packages" / "nvidia" / "cudnn" / "lib"),
+                                      "/machine/lib"]
+    assert check_gpu_envs.kernel_library_path(ENVS["pytorch"], str(venv)) == "/machine/lib"
+    assert check_gpu_envs.kernel_library_path(ENVS["cntk"], str(venv)).split(os.pathsep)[0] == str(venv / "mpi-compat")
+
+
+def test_dest_inside_the_repository_is_refused():
+    with pytest.raises(SystemExit):
+        check_gpu_envs.main(["--dest", os.path.join(ROOT, ".gpu-envs"), "--no-build"])
