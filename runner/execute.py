@@ -25,7 +25,7 @@ from .targets import ENVS, Target
 class RunOptions:
     def __init__(self, preset: Preset, precision: str, seed: int, device: str, results_dir: str,
                  timeout: Optional[float] = None, pythons: Optional[Dict[str, str]] = None,
-                 command: str = "", gpu: Optional[dict] = None, progress: bool = True):
+                 command: str = "", gpu: Optional[dict] = None, progress: bool = True, profile: bool = False):
         self.preset = preset
         self.precision = precision
         self.seed = seed
@@ -36,6 +36,7 @@ class RunOptions:
         self.command = command
         self.gpu = gpu                  # first GPU's facts (envinfo.gpus()[0]) when device is cuda
         self.progress = progress
+        self.profile = profile          # profile one training step (the notebook's ``profile`` parameter)
 
     @property
     def device_slug(self) -> str:
@@ -111,10 +112,14 @@ def papermill_reason(exc: BaseException, timeout: Optional[float]) -> str:
 
 
 def notebook_parameters(target: Target, opts: RunOptions, result_path: str) -> dict:
-    """What papermill writes into the notebook's ``parameters`` cell."""
-    return dict(preset=opts.preset.name, batch_size=opts.preset.batch_size, scale=opts.preset.scale,
-                precision=opts.precision, seed=opts.seed, device=opts.device, result_path=result_path,
-                target=target.name, **target.parameters)
+    """What papermill writes into the notebook's ``parameters`` cell.  ``profile`` only when asked
+    for, so a notebook without that parameter still runs."""
+    params = dict(preset=opts.preset.name, batch_size=opts.preset.batch_size, scale=opts.preset.scale,
+                  precision=opts.precision, seed=opts.seed, device=opts.device, result_path=result_path,
+                  target=target.name, **target.parameters)
+    if opts.profile:
+        params["profile"] = True
+    return params
 
 
 def kernel_manager_logging_to(log_path: str):
