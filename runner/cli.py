@@ -30,6 +30,19 @@ def positive_int(text: str) -> int:
     return value
 
 
+def positive_int_list(text: str) -> List[int]:
+    """A comma list of positive integers (``--batch-size 8,32``), in order, duplicates dropped."""
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError("must be a positive integer or a comma list of them, got %r" % text)
+    values = []
+    for item in items:
+        value = positive_int(item)
+        if value not in values:
+            values.append(value)
+    return values
+
+
 def non_negative_int(text: str) -> int:
     try:
         value = int(text)
@@ -85,11 +98,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also run each selected framework's fastest known variant (its own row)")
     p.add_argument("--preset", type=preset_name, default=None,
                    help="%s (default: deepmark on a CUDA GPU, smoke otherwise)" % " | ".join(PRESETS))
-    p.add_argument("--batch-size", type=positive_int, default=None, help="minibatch size (default: the preset's)")
+    p.add_argument("--batch-size", type=positive_int_list, default=None, metavar="N[,M...]",
+                   help="comma-separated minibatch sizes, each its own row (default: the preset's)")
     p.add_argument("--scale", type=positive_int, default=None,
                    help="utterances per percent point of the length mix (default: the preset's)")
     p.add_argument("--precision", type=comma_list(list(PRECISIONS), "precision"), default=["fp32"],
-                   help="comma-separated: fp32 (TF32 off), tf32, bf16 (default fp32; CPU runs are fp32)")
+                   help="comma-separated: fp32 (TF32 off), tf32, bf16 (default fp32; on a CPU fp32 and, where the framework has it, bf16)")
+    p.add_argument("--profile", action="store_true",
+                   help="also profile one training step on an 8-s batch (the record's profile section)")
     p.add_argument("--seed", type=non_negative_int, default=0, help="seed of data and initial weights (default 0)")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                    help="auto: cuda when nvidia-smi sees a GPU (default)")
@@ -115,6 +131,15 @@ def build_parser() -> argparse.ArgumentParser:
                                                  for e, bs in preflight.BUILDS.items()))
     p.add_argument("--no-progress", action="store_true", help="no papermill progress bars")
     return p
+
+
+def select_targets(frameworks: List[str], with_variants: bool = False) -> list:
+    """The targets of ``--frameworks`` in order; ``--variants`` adds each one's variant targets
+    (``<row>+<variant>``) after them, once each."""
+    targets = [ALL_TARGETS[name] for name in frameworks]
+    if with_variants:
+        targets += [v for t in list(targets) for v in variants_of(t.name) if v not in targets]
+    return targets
 
 
 def main(argv=None) -> int:
@@ -153,11 +178,12 @@ def main(argv=None) -> int:
     if args.preset is None:
         args.preset = "deepmark" if device == "cuda" else "smoke"
         print("No --preset given: %s (%s)." % (args.preset, "a CUDA GPU is visible" if device == "cuda"
-                                                 else "no CUDA GPU visible; use a GPU machine for the real benchmark"))
-    preset = get_preset(args.preset).with_overrides(batch_size=args.batch_size, scale=args.scale)
-    targets = [ALL_TARGETS[name] for name in args.frameworks]
-    if args.variants:
-        targets += [v for t in list(targets) for v in variants_of(t.name) if v not in targets]
+                                                 else "no CUDA GPU visible; use a GPU machine for the real benchmark, "
+                                                      "or for the full model on this CPU: --preset cpu"))
+    presets = [get_preset(args.preset).with_overrides(batch_size=bs, scale=args.scale)
+               for bs in (args.batch_size or [None])]
+    preset = presets[0]
+    targets = select_targets(args.frameworks, args.variants)
 
     if device == "cuda":
         print("\n".join(preflight.report(targets, gpus, gpu_builds)))
@@ -181,15 +207,17 @@ def main(argv=None) -> int:
     results_dir = os.path.abspath(args.results_dir)
     output = args.output or (os.path.join(ROOT, "results.md")
                              if results_dir == os.path.join(ROOT, "results") else os.path.join(results_dir, "results.md"))
-    runs = [(t, prec) for t in targets for prec in args.precision]
-    print("Running %d notebook(s) on %s, preset %s (batch size %d, scale %d), results in %s"
-          % (len(runs), device, preset.name, preset.batch_size, preset.scale, os.path.relpath(results_dir)))
+    runs = [(t, prec, p) for t in targets for prec in args.precision for p in presets]
+    print("Running %d notebook(s) on %s, preset %s (batch size %s, scale %d)%s, results in %s"
+          % (len(runs), device, preset.name, ",".join(str(p.batch_size) for p in presets), preset.scale,
+             ", profiling one step" if args.profile else "", os.path.relpath(results_dir)))
     statuses = []
-    for i, (target, precision) in enumerate(runs, 1):
-        print("[%d/%d] %s, %s" % (i, len(runs), target.name, precision), flush=True)
-        opts = execute.RunOptions(preset, precision, args.seed, device, results_dir, timeout=args.timeout,
+    for i, (target, precision, run_preset) in enumerate(runs, 1):
+        print("[%d/%d] %s, %s, batch %d" % (i, len(runs), target.name, precision, run_preset.batch_size), flush=True)
+        opts = execute.RunOptions(run_preset, precision, args.seed, device, results_dir, timeout=args.timeout,
                                   pythons=pythons, command=command, gpu=gpus[0] if gpus else None,
-                                  progress=not args.no_progress, gpu_builds=gpu_builds)
+                                  progress=not args.no_progress, gpu_builds=gpu_builds,
+                                  profile=args.profile)
         if args.workers > 1:
             from . import distributed
             statuses.append(distributed.run_target(target, opts, args.workers)["status"])

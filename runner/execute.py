@@ -26,7 +26,7 @@ class RunOptions:
     def __init__(self, preset: Preset, precision: str, seed: int, device: str, results_dir: str,
                  timeout: Optional[float] = None, pythons: Optional[Dict[str, str]] = None,
                  command: str = "", gpu: Optional[dict] = None, progress: bool = True,
-                 gpu_builds: Optional[Dict[str, str]] = None):
+                 gpu_builds: Optional[Dict[str, str]] = None, profile: bool = False):
         self.preset = preset
         self.precision = precision
         self.seed = seed
@@ -38,6 +38,7 @@ class RunOptions:
         self.gpu = gpu                  # first GPU's facts (envinfo.gpus()[0]) when device is cuda
         self.progress = progress
         self.gpu_builds = gpu_builds or {}  # env name -> CUDA build forced with --gpu-build (runner/preflight.py)
+        self.profile = profile          # profile one training step (the notebook's ``profile`` parameter)
 
     @property
     def device_slug(self) -> str:
@@ -118,10 +119,14 @@ def papermill_reason(exc: BaseException, timeout: Optional[float]) -> str:
 
 
 def notebook_parameters(target: Target, opts: RunOptions, result_path: str) -> dict:
-    """What papermill writes into the notebook's ``parameters`` cell."""
-    return dict(preset=opts.preset.name, batch_size=opts.preset.batch_size, scale=opts.preset.scale,
-                precision=opts.precision, seed=opts.seed, device=opts.device, result_path=result_path,
-                target=target.name, **target.parameters)
+    """What papermill writes into the notebook's ``parameters`` cell.  ``profile`` only when asked
+    for, so a notebook without that parameter still runs."""
+    params = dict(preset=opts.preset.name, batch_size=opts.preset.batch_size, scale=opts.preset.scale,
+                  precision=opts.precision, seed=opts.seed, device=opts.device, result_path=result_path,
+                  target=target.name, **target.parameters)
+    if opts.profile:
+        params["profile"] = True
+    return params
 
 
 def kernel_manager_logging_to(log_path: str):

@@ -1,8 +1,13 @@
 """results.md and its plots, generated from the result records only.
 
 Sections: the table of record (one row per record, failed and skipped rows with their reason),
-throughput bars, step time per utterance length, the cross-framework agreement table and loss
-trajectories ("they compute the same thing"), the environments, and how the records were made.
+speed and efficiency per preset and device (achieved FLOP/s, share of the measured matmul peak,
+speed relative to the group's fastest row, rows of record against their framework's fastest
+variant) with the measured peaks per device, throughput bars, audio s/s against batch size,
+step time per utterance length, where the time of a step goes (records with a ``profile``),
+the cross-framework agreement table and loss trajectories ("they compute the same thing"), the
+environments, and how the records were made.  A record without a ``flops`` or ``profile`` section
+(older records) keeps its rows, with dashes.
 """
 import os
 from collections import OrderedDict
@@ -11,6 +16,7 @@ from typing import List, Optional
 import numpy as np
 
 from common import envinfo, results
+from common.profile import CATEGORIES
 from common.results import atomic_write_text
 
 from . import distributed
@@ -21,6 +27,8 @@ PLOTS = OrderedDict([
     ("throughput", "throughput.png"),
     ("step_time", "step_time_by_length.png"),
     ("trajectories", "loss_trajectories.png"),
+    ("flops", "achieved_flops.png"),
+    ("batch_sweep", "audio_per_s_by_batch_size.png"),
 ])
 
 
@@ -38,6 +46,57 @@ def _group_key(rec: dict):
 def _group_title(key) -> str:
     preset, batch, scale, seed, device = key
     return "%s (batch %s, scale %s, seed %s) on %s" % (preset, batch, scale, seed, device)
+
+
+def _bench_key(rec: dict):
+    """The speed comparison's group: the same preset, data and device, any batch size and precision
+    (a batch-size sweep stays in one group)."""
+    return (rec.get("preset"), rec.get("scale"), rec.get("seed"), (rec.get("device") or {}).get("name"))
+
+
+def _bench_title(key) -> str:
+    preset, scale, seed, device = key
+    return "%s (scale %s, seed %s) on %s" % (preset or "unknown preset", "?" if scale is None else scale,
+                                              "?" if seed is None else seed, device or "an unknown device")
+
+
+def _bench_groups(records: List[dict]) -> "OrderedDict":
+    groups = OrderedDict()
+    for rec in sorted(records, key=lambda r: (str(_bench_key(r)), r["target"], r.get("precision") or "",
+                                              r.get("batch_size") or 0)):
+        groups.setdefault(_bench_key(rec), []).append(rec)
+    return groups
+
+
+def row_of_record(rec: dict) -> str:
+    """The row of record ``rec`` belongs to: the runner's ``row_of_record``, else the target's name
+    before ``+`` (variant targets are ``<row>+<variant>``)."""
+    return rec.get("row_of_record") or rec["target"].split("+")[0]
+
+
+def is_variant(rec: dict) -> bool:
+    return row_of_record(rec) != rec["target"]
+
+
+def _speed(rec: dict) -> Optional[float]:
+    if rec.get("status") != "ok":
+        return None
+    value = (rec.get("timing") or {}).get("audio_s_per_s")
+    return float(value) if isinstance(value, (int, float)) and value == value and value > 0 else None
+
+
+def _flops(rec: dict) -> dict:
+    return rec.get("flops") or {}
+
+
+def _number(value) -> Optional[float]:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value else None
+
+
+def flop_unit(values) -> tuple:
+    """(divisor, unit) for FLOP/s values: TFLOP/s when the largest is at least 1e12, else GFLOP/s."""
+    values = [v for v in values if v is not None]
+    return (1e12, "TFLOP/s") if values and max(values) >= 1e12 else (1e9, "GFLOP/s")
 
 
 def _ok(records: List[dict]) -> List[dict]:
@@ -86,6 +145,110 @@ def agreement_rows(records: List[dict]) -> List[OrderedDict]:
             ("Max rel. diff of first %d step losses vs PyTorch" % K_STEPS,
              "(reference row)" if twin is rec else rel),
         ]))
+    return rows
+
+
+def fastest_variant(rec: dict, records: List[dict]) -> Optional[dict]:
+    """The fastest completed variant of the row of record ``rec``: same framework row, preset, data,
+    device, batch size and precision."""
+    same = [r for r in records if is_variant(r) and row_of_record(r) == rec["target"] and _speed(r) is not None
+            and _bench_key(r) == _bench_key(rec) and r.get("batch_size") == rec.get("batch_size")
+            and r.get("precision") == rec.get("precision")]
+    return max(same, key=_speed) if same else None
+
+
+def speed_rows(records: List[dict]) -> "OrderedDict":
+    """Per preset-and-device group (:func:`_bench_key`), one row per record: audio s/s and its ratio to
+    the group's fastest row, achieved FLOP/s and the share of the measured square-matmul peak, and for a
+    row of record its audio s/s divided by its framework's fastest variant's.  Returns
+    {group key: (unit, rows)}; completed rows first, fastest first."""
+    out = OrderedDict()
+    for key, recs in _bench_groups(records).items():
+        top = max([_speed(r) for r in recs if _speed(r) is not None], default=None)
+        divisor, unit = flop_unit([_number(_flops(r).get("achieved_per_s")) for r in recs])
+        recs = sorted(recs, key=lambda r: (_speed(r) is None, -(_speed(r) or 0), r["target"]))
+        rows = []
+        for rec in recs:
+            speed, f = _speed(rec), _flops(rec) if rec.get("status") == "ok" else {}
+            achieved, eff = _number(f.get("achieved_per_s")), _number(f.get("efficiency"))
+            twin = None if is_variant(rec) or speed is None else fastest_variant(rec, records)
+            status = rec.get("status") or "?"
+            rows.append(OrderedDict([
+                ("Row", rec["target"]), ("Framework", rec.get("framework")),
+                ("Variant", (rec.get("variant") or rec["target"].partition("+")[2] or "?") if is_variant(rec)
+                 else "(row of record)"),
+                ("Precision", rec.get("precision")), ("Batch", rec.get("batch_size")),
+                ("Audio s/s", speed),
+                ("\u00f7 fastest of group", speed / top if speed is not None and top else None),
+                ("Achieved " + unit, achieved / divisor if achieved is not None else None),
+                ("% of matmul peak", 100.0 * eff if eff is not None else None),
+                ("Row of record \u00f7 fastest variant", speed / _speed(twin) if twin is not None else None),
+                ("Status", status if status == "ok" else "%s: %s" % (status, rec.get("error") or "no reason given")),
+            ]))
+        out[key] = (unit, rows)
+    return out
+
+
+def peak_rows(records: List[dict]) -> "OrderedDict":
+    """Per device: the measured matmul peak of each completed record that has one (square, the bd
+    layers' input product, one recurrent step), and the CPU's theoretical peaks the records carry.
+    Returns {device name: (unit, rows, theoretical)}, theoretical: {precision: dict}."""
+    by_device = OrderedDict()
+    for rec in sorted(_ok(records), key=lambda r: (str((r.get("device") or {}).get("name")), r["target"],
+                                                   r.get("precision") or "", r.get("batch_size") or 0)):
+        f = _flops(rec)
+        if not f.get("peak_matmul") and not f.get("theoretical_peak"):
+            continue
+        by_device.setdefault((rec.get("device") or {}).get("name"), []).append(rec)
+    out = OrderedDict()
+    for device, recs in by_device.items():
+        peaks = [_number(((_flops(r).get("peak_matmul") or {}).get(s) or {}).get("flops_per_s"))
+                 for r in recs for s in ("square", "input", "recurrent")]
+        divisor, unit = flop_unit(peaks)
+        rows, theoretical = [], OrderedDict()
+        for rec in recs:
+            f = _flops(rec)
+            if f.get("theoretical_peak"):
+                theoretical.setdefault(rec.get("precision"), f["theoretical_peak"])
+            peak = f.get("peak_matmul") or {}
+            if not peak:
+                continue
+            row = OrderedDict([("Row", rec["target"]), ("Preset", rec.get("preset")),
+                               ("Precision", rec.get("precision")), ("Batch", rec.get("batch_size"))])
+            shapes = []
+            for name in ("square", "input", "recurrent"):
+                entry = peak.get(name) or {}
+                value = _number(entry.get("flops_per_s"))
+                row["%s %s" % (name.capitalize(), unit)] = value / divisor if value is not None else None
+                if entry.get("shape"):
+                    shapes.append("%s %s" % (name, "\u00d7".join(str(d) for d in entry["shape"])))
+            row["Shapes (m\u00d7k\u00d7n)"] = "; ".join(shapes) or None
+            rows.append(row)
+        out[device] = (unit, rows, theoretical)
+    return out
+
+
+def profile_rows(records: List[dict]) -> List[OrderedDict]:
+    """One row per completed record with a ``profile`` section: the share of the profiled step's time
+    in each category (percent), the profiled batch and step time, the tool."""
+    recs = [r for r in _ok(records) if (r.get("profile") or {}).get("shares")]
+    used = [c for c in CATEGORIES if c == "other" or any((r["profile"]["shares"].get(c) or 0) > 0 for r in recs)]
+    rows = []
+    for rec in recs:
+        prof = rec["profile"]
+        batch = prof.get("batch") or {}
+        row = OrderedDict([("Row", _label(rec)), ("Device", (rec.get("device") or {}).get("name")),
+                           ("Preset", rec.get("preset")), ("Batch", rec.get("batch_size")),
+                           ("Profiled step", "%s s \u00d7 %s" % (batch.get("seconds"), batch.get("batch_size"))
+                            if batch.get("seconds") else None),
+                           ("Step s", _number(prof.get("step_s")))])
+        for c in used:
+            share = _number(prof["shares"].get(c))
+            row["%s %%" % c] = 100.0 * share if share is not None else None
+        row["Tool"] = prof.get("tool")
+        other = prof.get("largest_other") or []
+        row["Largest in other"] = ", ".join(str(n)[:40] for n, _ in other[:3]) or None
+        rows.append(row)
     return rows
 
 
@@ -216,6 +379,92 @@ def plot_step_time(records: List[dict], path: str) -> bool:
     return True
 
 
+def _flop_label(rec: dict, with_batch: bool) -> str:
+    return _label(rec) + (" bs%s" % rec.get("batch_size") if with_batch else "")
+
+
+def plot_flops(records: List[dict], path: str) -> bool:
+    """Per preset-and-device group: achieved training FLOP/s of every completed row (bars), each row's
+    measured square-matmul peak (a red mark on its bar) and the CPU's theoretical peak (dashed)."""
+    groups = OrderedDict((k, [r for r in v if _number(_flops(r).get("achieved_per_s"))])
+                         for k, v in _bench_groups(_ok(records)).items())
+    groups = OrderedDict((k, v) for k, v in groups.items() if v)
+    if not groups:
+        return False
+    plt = _plt()
+    fig, axes = plt.subplots(len(groups), 1, figsize=(9, 1.4 + 0.45 * sum(len(g) for g in groups.values())
+                                                          + 0.9 * len(groups)), squeeze=False)
+    for ax, (key, recs) in zip(axes[:, 0], groups.items()):
+        recs = sorted(recs, key=lambda r: _flops(r)["achieved_per_s"])
+        peaks = [_number(_flops(r).get("peak_matmul_per_s")) for r in recs]
+        divisor, unit = flop_unit([_flops(r)["achieved_per_s"] for r in recs] + peaks)
+        with_batch = len(set(r.get("batch_size") for r in recs)) > 1
+        ax.barh([_flop_label(r, with_batch) for r in recs], [_flops(r)["achieved_per_s"] / divisor for r in recs],
+                color="#4477aa", label="achieved (training FLOPs of the timed pass / train s)")
+        marked = False
+        for i, (r, peak) in enumerate(zip(recs, peaks)):
+            eff = _number(_flops(r).get("efficiency"))
+            ax.text(_flops(r)["achieved_per_s"] / divisor, i, " %.3g%s" % (_flops(r)["achieved_per_s"] / divisor,
+                    "" if eff is None else " (%.1f%% of peak)" % (100 * eff)), va="center", fontsize=8)
+            if peak is not None:
+                ax.plot([peak / divisor] * 2, [i - 0.4, i + 0.4], color="#cc3311", linewidth=2,
+                        label=None if marked else "measured square-matmul peak (same framework and precision)")
+                marked = True
+        theoretical = OrderedDict()
+        for r in recs:
+            t = _flops(r).get("theoretical_peak") or {}
+            if _number(t.get("flops_per_s")):
+                theoretical.setdefault(r.get("precision"), t["flops_per_s"])
+        for prec, value in theoretical.items():
+            if value / divisor <= 50 * max(_flops(r)["achieved_per_s"] / divisor for r in recs):
+                ax.axvline(value / divisor, color="#777777", linestyle="--", linewidth=1,
+                           label="theoretical CPU peak, %s (not measured)" % prec)
+        ax.set_xlabel("training %s" % unit)
+        ax.set_title(_bench_title(key), fontsize=9)
+        ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    _save(fig, path)
+    return True
+
+
+def sweep_groups(records: List[dict]) -> "OrderedDict":
+    """Groups (preset, data, device) whose completed records ran more than one batch size:
+    {group key: {(target, precision): [(batch size, audio s/s), ...] sorted by batch size}}."""
+    out = OrderedDict()
+    for key, recs in _bench_groups([r for r in records if _speed(r) is not None]).items():
+        if len(set(r.get("batch_size") for r in recs)) < 2:
+            continue
+        series = OrderedDict()
+        for r in recs:
+            series.setdefault((r["target"], r.get("precision")), []).append((r.get("batch_size"), _speed(r)))
+        out[key] = OrderedDict((k, sorted(v, key=lambda p: p[0] or 0)) for k, v in series.items())
+    return out
+
+
+def plot_batch_sweep(records: List[dict], path: str) -> bool:
+    """Audio s/s against batch size, one line per row (target and precision), per group with several batch sizes."""
+    groups = sweep_groups(records)
+    if not groups:
+        return False
+    plt = _plt()
+    fig, axes = plt.subplots(len(groups), 1, figsize=(9, 4 * len(groups)), squeeze=False)
+    for ax, (key, series) in zip(axes[:, 0], groups.items()):
+        sizes = sorted(set(b for points in series.values() for b, _ in points))
+        for (target, precision), points in series.items():
+            ax.plot([b for b, _ in points], [v for _, v in points], marker="o", markersize=4,
+                    label="%s %s" % (target, precision or ""))
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sizes)
+        ax.set_xticklabels([str(b) for b in sizes])
+        ax.set_xlabel("batch size")
+        ax.set_ylabel("seconds of audio trained per second")
+        ax.set_title(_bench_title(key), fontsize=9)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    _save(fig, path)
+    return True
+
+
 def plot_trajectories(records: List[dict], path: str, k: int = 40) -> bool:
     """Left: the first ``k`` losses of every row; right: their relative difference from PyTorch's."""
     groups = OrderedDict()
@@ -267,7 +516,7 @@ def render(results_dir: str, command: str, commit: Optional[str], output: str) -
     os.makedirs(plots_dir, exist_ok=True)
     made = {}
     for name, fn in (("throughput", plot_throughput), ("step_time", plot_step_time),
-                     ("trajectories", plot_trajectories)):
+                     ("trajectories", plot_trajectories), ("flops", plot_flops), ("batch_sweep", plot_batch_sweep)):
         path = os.path.join(plots_dir, PLOTS[name])
         made[name] = fn(records, path)
         if not made[name] and os.path.exists(path):
@@ -296,15 +545,38 @@ def render(results_dir: str, command: str, commit: Optional[str], output: str) -
         "on a GPU, the process's peak resident memory on a CPU. First-loss check: relative difference from the "
         "NumPy reference.",
         "",
+        "## Speed and efficiency",
+        "",
+        speed_section(records),
+        image("flops", "achieved training FLOP/s per row, with the measured matmul peak"),
+        "## Measured matrix-product peak",
+        "",
+        peak_section(records),
         "## Throughput",
         "",
         image("throughput", "seconds of audio per second, per framework and precision") or "_No completed runs._\n",
+        "## Batch size",
+        "",
+        "Seconds of audio per second against the batch size, where one preset ran on one device with several "
+        "batch sizes (`run_all.py --batch-size 8,32`).",
+        "",
+        image("batch_sweep", "audio seconds per second against batch size")
+        or "_No preset ran on one device with more than one batch size._\n",
         "## Step time per utterance length",
         "",
         "Median milliseconds per training step, by utterance length (seconds).",
         "",
         md_table(step_time_rows(records), {"%d s" % s: "{:.1f}" for s in range(1, 16)}),
         image("step_time", "ms per step against utterance length"),
+        "## Where the time goes",
+        "",
+        "One training step on a batch of 8-second utterances under the framework's own profiler "
+        "(`run_all.py --profile`): the share of the profiled operations' own time in each category, as each "
+        "notebook classifies its framework's operation names (`common/profile.py`). Profiling slows a step "
+        "down; the shares, not the seconds, are the result.",
+        "",
+        md_table(profile_rows(records), dict({"Step s": "{:.3f}"}, **{"%s %%" % c: "{:.1f}" for c in CATEGORIES}))
+        if profile_rows(records) else "_No record has a profile section._\n",
         "## Do they compute the same thing?",
         "",
         "The first batch's loss from the canonical weights against the NumPy reference, and the largest "
@@ -323,6 +595,61 @@ def render(results_dir: str, command: str, commit: Optional[str], output: str) -
         md_table(provenance_rows(records)),
     ]
     return "\n".join(lines)
+
+
+def speed_section(records: List[dict]) -> str:
+    """The speed-and-efficiency tables, one per preset-and-device group, with their explanation."""
+    groups = speed_rows(records)
+    if not groups:
+        return "_No result records._\n"
+    parts = []
+    for key, (unit, rows) in groups.items():
+        per_audio = sorted(set(_number(_flops(r).get("train_per_audio_second")) for r in records
+                               if _bench_key(r) == key and _number(_flops(r).get("train_per_audio_second"))))
+        parts.append("### %s\n\n" % _bench_title(key))
+        if per_audio:
+            parts.append("Training FLOPs per second of audio (from the model's configuration, in the records): %s "
+                         "GFLOP.\n\n" % ", ".join("%.4g" % (v / 1e9) for v in per_audio))
+        ratio = "\u00f7 fastest of group"
+        parts.append(md_table(rows, {"Audio s/s": "{:.1f}", ratio: "{:.2f}", "Achieved " + unit: "{:.3g}",
+                                     "% of matmul peak": "{:.1f}", "Row of record \u00f7 fastest variant": "{:.2f}"}))
+        parts.append("\n")
+    parts.append(
+        "Variant: `(row of record)` is the framework's highest-level API; a variant (target `<row>+<variant>`, "
+        "`run_all.py --variants`) changes what its description says and passes the same checks. "
+        "\u00f7 fastest of group: audio s/s divided by the fastest row of the group (any batch size and precision). "
+        "Achieved: the training FLOPs of the timed pass (counted from the model's configuration: 2 FLOPs per "
+        "multiply-add of the convolutions, both directions' input and recurrent products, fc and output; x3 for "
+        "forward and backward) divided by its train seconds. % of matmul peak: achieved divided by the same "
+        "notebook's measured square matrix-product rate at the same precision (`flops.efficiency`). Row of record "
+        "\u00f7 fastest variant: the row of record's audio s/s divided by its framework's fastest variant's at the "
+        "same batch size and precision; below 1, a variant is faster. A dash: not measured (records made before "
+        "the FLOP accounting have no `flops` section) or not applicable.\n")
+    return "".join(parts)
+
+
+def peak_section(records: List[dict]) -> str:
+    """Per device: the measured peaks of every record that has them, then the CPU's theoretical peak."""
+    devices = peak_rows(records)
+    if not devices:
+        return "_No record has a measured matmul peak._\n"
+    parts = ["Each notebook measures dense matrix products with its own framework on its own device at the run's "
+             "precision (the median of several synchronised measurements after a warm-up): a square product, the "
+             "bd layers' input product for a batch of 8-second utterances and one step of the recurrence.\n\n"]
+    for device, (unit, rows, theoretical) in devices.items():
+        parts.append("### %s\n\n" % (device or "unknown device"))
+        parts.append(md_table(rows, {c: "{:.3g}" for c in (rows[0] if rows else {}) if c.endswith("FLOP/s")})
+                     if rows else "_No measured peak on this device._\n")
+        for precision, t in theoretical.items():
+            value = _number(t.get("flops_per_s"))
+            if value is None:
+                continue
+            d, u = flop_unit([value])
+            parts.append("\nTheoretical peak of this CPU, %s (%s, not measured): %.3g %s = %s. Assumed: %s.\n"
+                         % (precision, t.get("label") or "theoretical", value / d, u, t.get("basis") or "?",
+                            t.get("assumptions") or "?"))
+        parts.append("\n")
+    return "".join(parts)
 
 
 def _machine() -> str:

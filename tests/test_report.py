@@ -51,11 +51,13 @@ def test_page_from_fixture_records(records_dir, tmp_path):
     out = str(tmp_path / "results.md")
     report.write(str(records_dir), out, "python run_all.py --preset smoke", "abc123")
     md = open(out).read()
-    for heading in ("# DS2 Rosetta results", "## Table of record", "## Throughput", "## Step time per utterance length",
+    for heading in ("# DS2 Rosetta results", "## Table of record", "## Speed and efficiency",
+                    "## Measured matrix-product peak", "## Throughput", "## Batch size",
+                    "## Step time per utterance length", "## Where the time goes",
                     "## Do they compute the same thing?", "## Environments", "## How these records were made"):
         assert heading in md
     assert "from 5 result record(s)" in md and "commit `abc123`" in md
-    table = md.split("## Table of record")[1].split("## Throughput")[0]
+    table = md.split("## Table of record")[1].split("## Speed and efficiency")[0]
     rows = [l for l in table.splitlines() if l.startswith("| ") and not l.startswith("| Framework")]
     assert len(rows) == 5
     assert rows[0].startswith("| JAX") and rows[1].startswith("| PyTorch") and rows[2].startswith("| TensorFlow")
@@ -74,7 +76,8 @@ def test_plots_are_written_non_empty_and_embedded(records_dir, tmp_path):
     out = str(tmp_path / "results.md")
     report.write(str(records_dir), out, "cmd", None)
     md = open(out).read()
-    for name in report.PLOTS.values():
+    for key in ("throughput", "step_time", "trajectories"):      # the FLOP and batch-size plots: below
+        name = report.PLOTS[key]
         path = records_dir / "plots" / name
         assert path.exists() and path.stat().st_size > 5000, name
         assert open(str(path), "rb").read(8) == b"\x89PNG\r\n\x1a\n"
@@ -100,3 +103,181 @@ def test_agreement_prefers_pytorch_on_the_same_device_and_precision(records_dir)
     jax_gpu["device"] = {"type": "cuda", "name": "H100"}
     assert report.pytorch_twin(jax_gpu, recs + [torch_gpu]) is torch_gpu
     assert report.pytorch_twin(jax_gpu, recs) is torch_cpu       # fp32 PyTorch on another device
+
+
+# ---- speed, efficiency, variants, batch sizes, profiles (issue 11) ----------------------------------
+def flops_of(achieved, peak, train_s=1.0):
+    """A record's flops section (common.flops.flops_section's layout) for ``achieved`` FLOP/s."""
+    return {"train": achieved * train_s, "train_per_audio_second": 2.25744e7, "achieved_per_s": achieved,
+            "peak_matmul_per_s": peak,
+            "peak_matmul": {"square": {"shape": [1024, 1024, 1024], "flops_per_s": peak},
+                            "input": {"shape": [1600, 300, 32], "flops_per_s": peak / 2},
+                            "recurrent": {"shape": [8, 32, 32], "flops_per_s": peak / 20}},
+            "efficiency": achieved / peak,
+            "theoretical_peak": {"flops_per_s": 3.328e11, "precision": "fp32", "label": "theoretical",
+                                 "basis": "2 logical CPUs x 2 FMA units x 16 fp32 lanes (AVX-512) x 2 FLOPs x 2.60 GHz",
+                                 "assumptions": "2 FMA units per core and one logical CPU per core"},
+            "per_length": {}}
+
+
+PROFILE = {"tool": "torch.profiler (cpu)", "step_s": 0.25, "profiled_s": 0.2, "batch": {"seconds": 8, "batch_size": 8},
+           "seconds": {}, "shares": {"convolution": 0.1, "rnn_input": 0.0, "rnn_recurrence": 0.0, "rnn": 0.6,
+                                     "fc": 0.05, "ctc": 0.05, "batchnorm": 0.1, "optimizer": 0.05, "other": 0.05},
+           "largest_other": [["aten::copy_", 0.01]]}
+
+
+@pytest.fixture
+def efficiency_dir(tmp_path):
+    """PyTorch's row of record and its variant at batch 8, PyTorch at batch 32, TensorFlow at 8 and 32,
+    a JAX record from before the flops section, a failed MXNet row."""
+    base = [65.5, 120.0, 118.0, 60.0, 90.0, 88.0, 70.0, 66.0, 64.0, 62.0, 61.0, 60.5]
+    d = tmp_path / "results" / "records"
+    d.mkdir(parents=True)
+    recs = [
+        fixture_record("pytorch", "PyTorch", base, 500.0, row_of_record="pytorch", flops=flops_of(10e9, 40e9),
+                       profile=PROFILE),
+        fixture_record("pytorch+compile", "PyTorch", base, 750.0, row_of_record="pytorch",
+                       variant="torch.compile (inductor)", flops=flops_of(15e9, 40e9)),
+        fixture_record("pytorch", "PyTorch", base, 1000.0, row_of_record="pytorch", batch_size=32,
+                       flops=flops_of(20e9, 50e9)),
+        fixture_record("tensorflow", "TensorFlow", base, 200.0, row_of_record="tensorflow", flops=flops_of(4e9, 32e9)),
+        fixture_record("tensorflow", "TensorFlow", base, 250.0, row_of_record="tensorflow", batch_size=32,
+                       flops=flops_of(5e9, 32e9)),
+        fixture_record("jax", "JAX", base, 400.0),                                  # no flops section
+        results.failed_record("mxnet", "failed", "MXNetError: out of memory", framework="MXNet", preset="smoke",
+                              precision="fp32", batch_size=8, scale=1, seed=0,
+                              device={"type": "cpu", "name": "AMD EPYC"}),
+    ]
+    for rec in recs:
+        name = "%s_bs%s" % (rec["target"], rec.get("batch_size"))
+        results.write_record(str(d / (name + ".json")), rec)
+    return tmp_path / "results"
+
+
+def _table_rows(section, first_column):
+    rows = {}
+    lines = [l for l in section.splitlines() if l.startswith("| ")]
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    for line in lines[1:]:
+        cells = dict(zip(header, [c.strip() for c in line.strip("|").split("|")]))
+        rows[(cells[first_column], cells.get("Batch"))] = cells
+    return header, rows
+
+
+def test_speed_and_efficiency_table(efficiency_dir, tmp_path):
+    out = str(tmp_path / "results.md")
+    report.write(str(efficiency_dir), out, "python run_all.py --variants --batch-size 8,32", "abc123")
+    md = open(out).read()
+    section = md.split("## Speed and efficiency")[1].split("## Measured matrix-product peak")[0]
+    assert section.count("### smoke (scale 1, seed 0) on AMD EPYC") == 1          # one group: batch sizes together
+    assert "Training FLOPs per second of audio (from the model's configuration, in the records): 0.02257 GFLOP" in section
+    header, rows = _table_rows(section, "Row")
+    assert header == ["Row", "Framework", "Variant", "Precision", "Batch", "Audio s/s", "\u00f7 fastest of group",
+                      "Achieved GFLOP/s", "% of matmul peak", "Row of record \u00f7 fastest variant", "Status"]
+    assert len(rows) == 7
+    order = [l.split("|")[1].strip() for l in section.splitlines() if l.startswith("| ") and "---" not in l][1:]
+    assert order == ["pytorch", "pytorch+compile", "pytorch", "jax", "tensorflow", "tensorflow", "mxnet"]  # fastest first
+    torch8, torch32 = rows[("pytorch", "8")], rows[("pytorch", "32")]
+    variant = rows[("pytorch+compile", "8")]
+    assert torch8["Variant"] == "(row of record)" and variant["Variant"] == "torch.compile (inductor)"
+    assert torch32["\u00f7 fastest of group"] == "1.00" and torch8["\u00f7 fastest of group"] == "0.50"
+    assert variant["\u00f7 fastest of group"] == "0.75" and rows[("jax", "8")]["\u00f7 fastest of group"] == "0.40"
+    assert torch8["Achieved GFLOP/s"] == "10" and torch8["% of matmul peak"] == "25.0"
+    assert variant["Achieved GFLOP/s"] == "15" and variant["% of matmul peak"] == "37.5"
+    assert torch32["% of matmul peak"] == "40.0" and rows[("tensorflow", "8")]["% of matmul peak"] == "12.5"
+    # the row of record against its framework's fastest variant (same batch size and precision): 500 / 750
+    assert torch8["Row of record \u00f7 fastest variant"] == "0.67"
+    assert torch32["Row of record \u00f7 fastest variant"] == "\u2013"          # no variant ran at batch 32
+    assert variant["Row of record \u00f7 fastest variant"] == "\u2013"
+    assert rows[("tensorflow", "8")]["Row of record \u00f7 fastest variant"] == "\u2013"
+    jax = rows[("jax", "8")]                                                    # a record without flops: dashes
+    assert jax["Audio s/s"] == "400.0" and jax["Achieved GFLOP/s"] == "\u2013" and jax["% of matmul peak"] == "\u2013"
+    mx = rows[("mxnet", "8")]
+    assert mx["Status"] == "failed: MXNetError: out of memory" and mx["Audio s/s"] == "\u2013"
+    assert mx["\u00f7 fastest of group"] == "\u2013" and mx["Achieved GFLOP/s"] == "\u2013"
+    # the table of record keeps one row per record
+    table = md.split("## Table of record")[1].split("## Speed and efficiency")[0]
+    assert len([l for l in table.splitlines() if l.startswith("| ") and not l.startswith("| Framework")]) == 7
+
+
+def test_peaks_per_device_and_theoretical(efficiency_dir, tmp_path):
+    md = report.render(str(efficiency_dir), "cmd", None, str(tmp_path / "results.md"))
+    section = md.split("## Measured matrix-product peak")[1].split("## Throughput")[0]
+    assert "### AMD EPYC" in section
+    header, rows = _table_rows(section, "Row")
+    assert header[:8] == ["Row", "Preset", "Precision", "Batch", "Square GFLOP/s", "Input GFLOP/s",
+                          "Recurrent GFLOP/s", "Shapes (m\u00d7k\u00d7n)"]
+    torch8 = rows[("pytorch", "8")]
+    assert (torch8["Square GFLOP/s"], torch8["Input GFLOP/s"], torch8["Recurrent GFLOP/s"]) == ("40", "20", "2")
+    assert torch8["Shapes (m\u00d7k\u00d7n)"] == "square 1024\u00d71024\u00d71024; input 1600\u00d7300\u00d732; recurrent 8\u00d732\u00d732"
+    assert ("jax", "8") not in rows and ("mxnet", "8") not in rows          # no measured peak
+    assert "Theoretical peak of this CPU, fp32 (theoretical, not measured): 333 GFLOP/s = 2 logical CPUs" in section
+
+
+def test_where_the_time_goes(efficiency_dir, tmp_path):
+    md = report.render(str(efficiency_dir), "cmd", None, str(tmp_path / "results.md"))
+    section = md.split("## Where the time goes")[1].split("## Do they compute the same thing?")[0]
+    header, rows = _table_rows(section, "Row")
+    assert len(rows) == 1
+    row = rows[("pytorch fp32", "8")]
+    assert row["rnn %"] == "60.0" and row["convolution %"] == "10.0" and row["other %"] == "5.0"
+    assert row["Tool"] == "torch.profiler (cpu)" and row["Profiled step"] == "8 s \u00d7 8" and row["Step s"] == "0.250"
+    assert "rnn_input %" not in header                                    # no profile put time there
+    assert header.index("convolution %") < header.index("rnn %") < header.index("other %")
+
+
+def test_flops_and_batch_size_plots(efficiency_dir, tmp_path):
+    out = str(tmp_path / "results.md")
+    report.write(str(efficiency_dir), out, "cmd", None)
+    md = open(out).read()
+    for name in report.PLOTS.values():
+        path = efficiency_dir / "plots" / name
+        assert path.exists() and path.stat().st_size > 5000, name
+        assert "](results/plots/%s)" % name in md
+    groups = report.sweep_groups(results.read_records(str(efficiency_dir / "records")))
+    assert list(groups) == [("smoke", 1, 0, "AMD EPYC")]
+    series = groups[("smoke", 1, 0, "AMD EPYC")]
+    assert series[("pytorch", "fp32")] == [(8, 500.0), (32, 1000.0)] and series[("tensorflow", "fp32")] == [(8, 200.0), (32, 250.0)]
+    assert series[("jax", "fp32")] == [(8, 400.0)]
+
+
+def test_records_without_the_new_sections_render_with_dashes(records_dir, tmp_path):
+    md = report.render(str(records_dir), "cmd", None, str(tmp_path / "results.md"))
+    assert "_No record has a measured matmul peak._" in md and "_No record has a profile section._" in md
+    assert "_No preset ran on one device with more than one batch size._" in md
+    assert not (records_dir / "plots" / report.PLOTS["flops"]).exists()
+    section = md.split("## Speed and efficiency")[1].split("## Measured matrix-product peak")[0]
+    header, rows = _table_rows(section, "Row")
+    assert rows[("jax", "8")]["Achieved GFLOP/s"] == "\u2013" and rows[("jax", "8")]["\u00f7 fastest of group"] == "1.00"
+    assert rows[("pytorch", "8")]["\u00f7 fastest of group"] == "0.71"                  # 500 / 700
+
+
+def test_variant_of_a_record_without_row_of_record():
+    rec = fixture_record("jax+unroll", "JAX", [1.0] * 4, 10.0)
+    assert report.row_of_record(rec) == "jax" and report.is_variant(rec)
+    assert not report.is_variant(fixture_record("keras-jax", "Keras 3", [1.0] * 4, 10.0))
+
+
+def test_flop_unit_by_magnitude():
+    assert report.flop_unit([3e9, 9e11]) == (1e9, "GFLOP/s")
+    assert report.flop_unit([3e9, 1.2e12]) == (1e12, "TFLOP/s")
+    assert report.flop_unit([None]) == (1e9, "GFLOP/s")
+
+
+COMMITTED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results", "records")
+
+
+def test_committed_records_efficiency_is_plausible():
+    """Every committed record with a measured efficiency: achieved training FLOP/s is positive and at most
+    1.2 x the notebook's own measured square-matmul peak (more would mean the FLOPs or the peak are wrong)."""
+    checked = []
+    for rec in results.read_records(COMMITTED):
+        eff = (rec.get("flops") or {}).get("efficiency")
+        if rec["status"] != "ok" or eff is None:
+            continue
+        assert 0 < eff < 1.2, "%s: efficiency %r" % (rec["target"], eff)
+        f = rec["flops"]
+        assert f["efficiency"] == pytest.approx(f["achieved_per_s"] / f["peak_matmul_per_s"], rel=1e-9)
+        checked.append(rec["target"])
+    if not checked:
+        pytest.skip("no committed record has a flops section with an efficiency yet")

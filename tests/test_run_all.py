@@ -20,6 +20,10 @@ def cli(*args):
     (["--preset", "huge"], "unknown preset 'huge'; valid presets: cpu, deepmark, quick, smoke"),
     (["--batch-size", "0"], "must be a positive integer, got '0'"),
     (["--batch-size", "x"], "must be a positive integer, got 'x'"),
+    (["--batch-size", "8,x"], "argument --batch-size: must be a positive integer, got 'x'"),
+    (["--batch-size", "8,0,32"], "argument --batch-size: must be a positive integer, got '0'"),
+    (["--batch-size", "8,2.5"], "must be a positive integer, got '2.5'"),
+    (["--batch-size", ","], "must be a positive integer or a comma list of them, got ','"),
     (["--scale", "-2"], "must be a positive integer"),
     (["--precision", "fp8"], "unknown precision 'fp8'; choose from: fp32, tf32, bf16"),
     (["--seed", "-1"], "must be a non-negative integer"),
@@ -38,6 +42,81 @@ def test_list():
     assert proc.returncode == 0
     for name in ("pytorch", "tensorflow", "mxnet", "cntk", "jax", "keras-jax", "keras-torch", "keras-tensorflow"):
         assert any(line.startswith(name + " ") for line in proc.stdout.splitlines()), name
+
+
+def test_batch_size_list_parsing():
+    from runner.cli import build_parser
+    parse = build_parser().parse_args
+    assert parse(["--batch-size", "8,32"]).batch_size == [8, 32]
+    assert parse(["--batch-size", " 32 , 8,32"]).batch_size == [32, 8]       # order kept, duplicates dropped
+    assert parse(["--batch-size", "16"]).batch_size == [16]
+    assert parse([]).batch_size is None and parse([]).profile is False
+    assert parse(["--profile"]).profile is True
+
+
+def test_variants_expand_to_the_variant_targets():
+    from runner.cli import select_targets
+    from runner.targets import VARIANTS
+    names = lambda ts: [t.name for t in ts]  # noqa: E731
+    assert names(select_targets(["pytorch"])) == ["pytorch"]
+    assert names(select_targets(["pytorch"], True)) == ["pytorch", "pytorch+compile"]
+    assert names(select_targets(["pytorch", "keras-torch", "cntk", "keras-jax"], True)) == [
+        "pytorch", "keras-torch", "cntk", "keras-jax", "pytorch+compile", "keras-torch+compile"]   # CNTK, keras-jax: none
+    assert names(select_targets(["pytorch+compile", "pytorch"], True)) == ["pytorch+compile", "pytorch"]  # once each
+    everything = select_targets(["pytorch", "tensorflow", "mxnet", "cntk", "jax", "keras-jax", "keras-torch",
+                                 "keras-tensorflow"], True)
+    assert sorted(names(everything)[8:]) == sorted(VARIANTS)
+    assert all(t.variant_of == t.name.split("+")[0] for t in everything[8:])
+
+
+@pytest.fixture
+def planned_runs(monkeypatch, tmp_path):
+    """run_all.py's main() with the notebook runs and results.md replaced by recorders: what it would run."""
+    from runner import cli, execute, report
+    runs = []
+
+    def fake_run(target, opts, announce=print):
+        runs.append((target, opts))
+        return {"status": "ok"}
+    monkeypatch.setattr(execute, "run_target", fake_run)
+    monkeypatch.setattr(report, "write", lambda *a, **k: None)
+    monkeypatch.setattr(cli.envinfo, "gpus", lambda: [])
+
+    def main(*args):
+        del runs[:]
+        assert cli.main(["--results-dir", str(tmp_path), "--no-progress"] + list(args)) == 0
+        return runs
+    return main
+
+
+def test_runs_loop_over_targets_precisions_and_batch_sizes(planned_runs, capsys):
+    runs = planned_runs("--frameworks", "pytorch,jax", "--variants", "--batch-size", "8,32", "--preset", "smoke")
+    assert [(t.name, o.precision, o.preset.batch_size) for t, o in runs] == [
+        ("pytorch", "fp32", 8), ("pytorch", "fp32", 32), ("jax", "fp32", 8), ("jax", "fp32", 32),
+        ("pytorch+compile", "fp32", 8), ("pytorch+compile", "fp32", 32), ("jax+unroll", "fp32", 8),
+        ("jax+unroll", "fp32", 32)]
+    assert all(o.preset.name == "smoke" and o.preset.scale == 1 and not o.profile for _, o in runs)
+    out = capsys.readouterr().out
+    assert "Running 8 notebook(s) on cpu, preset smoke (batch size 8,32, scale 1)" in out
+    assert "[2/8] pytorch, fp32, batch 32" in out
+
+
+def test_profile_reaches_the_notebook_parameters(planned_runs, tmp_path):
+    from runner import execute
+    target, opts = planned_runs("--frameworks", "pytorch", "--profile", "--preset", "smoke")[0]
+    assert opts.profile is True
+    params = execute.notebook_parameters(target, opts, "r.json")
+    assert params["profile"] is True and params["batch_size"] == 8 and "forward_repeats" not in params
+    target, opts = planned_runs("--frameworks", "pytorch+compile", "--preset", "smoke")[0]
+    params = execute.notebook_parameters(target, opts, "r.json")
+    assert "profile" not in params and params["variant"] == "compile"     # older notebooks need no profile parameter
+
+
+def test_no_preset_on_a_cpu_names_the_cpu_preset(planned_runs, capsys):
+    runs = planned_runs("--frameworks", "pytorch")
+    assert runs[0][1].preset.name == "smoke"
+    assert "for the full model on this CPU: --preset cpu" in capsys.readouterr().out
+    assert planned_runs("--frameworks", "pytorch", "--preset", "cpu")[0][1].preset.batch_size == 8
 
 
 def test_cuda_without_gpu_is_refused():
