@@ -187,7 +187,7 @@ def test_bf16_on_a_cpu_is_not_skipped(tmp_path, monkeypatch):
 def test_which_precisions_run_on_a_cpu():
     from runner.targets import TARGETS
     bf16_on_cpu = {name for name, t in TARGETS.items() if t.cpu_precision_reason("bf16") is None}
-    assert bf16_on_cpu == {"pytorch", "tensorflow", "jax", "keras-jax", "keras-torch", "keras-tensorflow"}
+    assert bf16_on_cpu == {"pytorch", "tensorflow", "mxnet", "jax", "keras-jax", "keras-torch", "keras-tensorflow"}
     assert all(t.cpu_precision_reason("fp32") is None for t in TARGETS.values())
     assert all("a CPU has none" in t.cpu_precision_reason("tf32") for t in TARGETS.values())
 
