@@ -44,8 +44,35 @@ def run_all(args, results_dir):
     return RunAll(args, results_dir)
 
 
+def selected_targets():
+    """The targets the notebook tests run: every row of record and every variant, or the comma-separated
+    ones in DS2_TEST_FRAMEWORKS (a row of record named there brings its variants along)."""
+    from runner.targets import ALL_TARGETS, TARGETS, variants_of
+    selected = os.environ.get("DS2_TEST_FRAMEWORKS", "all")
+    names = list(TARGETS) if selected == "all" else [t for t in selected.split(",") if t]
+    names += [v.name for n in list(names) for v in variants_of(n) if v.name not in names]
+    return [n for n in ALL_TARGETS if n in names]
+
+
+def bf16_cpu_targets():
+    """The selected rows of record that run bf16 on a CPU (runner/targets.py: cpu_precisions)."""
+    from runner.targets import TARGETS
+    return [n for n in selected_targets() if n in TARGETS and TARGETS[n].cpu_precision_reason("bf16") is None]
+
+
 @pytest.fixture(scope="session")
 def smoke(tmp_path_factory):
-    frameworks = os.environ.get("DS2_TEST_FRAMEWORKS", "all")
-    return run_all(["--preset", "smoke", "--frameworks", frameworks, "--timeout", "3600"],
-                   tmp_path_factory.mktemp("smoke"))
+    """Every selected row of record and variant, fp32, smoke preset, on the CPU: one run_all.py."""
+    return run_all(["--preset", "smoke", "--device", "cpu", "--frameworks", ",".join(selected_targets()),
+                    "--timeout", "3600"], tmp_path_factory.mktemp("smoke"))
+
+
+@pytest.fixture(scope="session")
+def smoke_bf16(tmp_path_factory):
+    """The selected rows of record that have a CPU bfloat16 path, in bf16 (the mixed-precision code of every
+    notebook runs in CI although no GPU is here)."""
+    names = bf16_cpu_targets()
+    if not names:
+        pytest.skip("no selected target runs bf16 on a CPU")
+    return run_all(["--preset", "smoke", "--device", "cpu", "--precision", "bf16", "--frameworks", ",".join(names),
+                    "--timeout", "3600"], tmp_path_factory.mktemp("smoke_bf16"))

@@ -13,7 +13,7 @@ import pytest
 
 from common.spec import LOSS_RTOL
 from runner import targets
-from tests.conftest import ROOT, run_all
+from tests.conftest import ROOT
 
 NOTEBOOKS = {"mxnet": "MXNet_DS2.ipynb", "cntk": "CNTK_DS2.ipynb"}
 selected = os.environ.get("DS2_TEST_FRAMEWORKS", "all")
@@ -86,13 +86,9 @@ needs_mxnet = pytest.mark.skipif("mxnet" not in SELECTED, reason="the mxnet targ
 
 
 @pytest.fixture(scope="module")
-def mxnet_runs(tmp_path_factory):
-    """The row of record, the variant and bf16, on the CPU with the smoke preset (one run_all.py each)."""
-    fp32 = run_all(["--preset", "smoke", "--frameworks", "mxnet,mxnet+static", "--device", "cpu"],
-                   tmp_path_factory.mktemp("mxnet_fp32"))
-    bf16 = run_all(["--preset", "smoke", "--frameworks", "mxnet", "--device", "cpu", "--precision", "bf16"],
-                   tmp_path_factory.mktemp("mxnet_bf16"))
-    return fp32, bf16
+def mxnet_runs(smoke, smoke_bf16):
+    """The row of record and the variant (fp32), and bf16: the session's smoke runs (tests/conftest.py)."""
+    return smoke, smoke_bf16
 
 
 def first_steps(rec, k=10):

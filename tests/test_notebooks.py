@@ -11,19 +11,22 @@ from common import reference
 from common.data import DeepMarkIterator
 from common.spec import get_preset
 from common.weights import canonical_weights
-from runner.targets import TARGETS
+from common.flops import pass_flops
+from common.spec import LOSS_RTOL
+from runner.targets import TARGETS, VARIANTS
+from tests.conftest import bf16_cpu_targets, selected_targets
 
 SMOKE = get_preset("smoke")
 K_STEPS = 10          # losses compared across frameworks: the first K training steps
 TRAJECTORY_RTOL = 1e-3
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-selected = os.environ.get("DS2_TEST_FRAMEWORKS", "all")
-NAMES = list(TARGETS) if selected == "all" else [t for t in selected.split(",") if t]
+NAMES = [t for t in selected_targets() if t in TARGETS]              # rows of record
+VARIANT_NAMES = [t for t in selected_targets() if t in VARIANTS]
 
 
-def ok_record(smoke, target):
-    rec = smoke.record(target)
+def ok_record(smoke, target, precision="fp32"):
+    rec = smoke.record(target, precision)
     if rec["status"] == "skipped":
         pytest.skip("%s: %s" % (target, rec["error"]))
     assert rec["status"] == "ok", "%s failed: %s" % (target, rec["error"])
@@ -107,3 +110,46 @@ def test_jax_compiles_each_shape_once_in_the_warmup(smoke, iterator):
     """XLA compiles the training step once per batch shape, all in the warm-up: the timed pass compiles nothing."""
     xla = ok_record(smoke, "jax")["options"]["xla_compilations"]
     assert xla["warmup"] == len(iterator.shapes()) and xla["epoch"] == 0, xla
+
+
+# ---- the FLOP accounting and the measured peak (issue #11) ---------------------------------------------
+@pytest.mark.parametrize("target", NAMES + VARIANT_NAMES)
+def test_record_has_flops_and_a_measured_peak(smoke, target, iterator):
+    rec = ok_record(smoke, target)
+    f = rec["flops"]
+    assert f["train"] == pytest.approx(pass_flops(SMOKE.config, iterator)["total"], rel=1e-12)
+    assert f["achieved_per_s"] == pytest.approx(f["train"] / rec["timing"]["train_s"], rel=1e-9)
+    peak = f["peak_matmul"]
+    assert [peak[k]["shape"] for k in ("square", "input", "recurrent")] == [
+        [1024, 1024, 1024], [200 * 8, SMOKE.config.rnn_input_width, 32], [8, 32, 32]]
+    assert all(peak[k]["flops_per_s"] > 0 for k in peak)
+    assert f["peak_matmul_per_s"] == peak["square"]["flops_per_s"]
+    assert 0 < f["efficiency"] < 1.2
+    assert f["theoretical_peak"]["label"] == "theoretical"
+    assert rec["timing"]["forward_repeats"] == SMOKE.forward_repeats
+
+
+# ---- each framework's fastest variant: its own row, the same checks (issue #11) ---------------------------
+@pytest.mark.parametrize("target", VARIANT_NAMES)
+def test_variant_passes_the_checks_and_trains_like_its_row_of_record(smoke, target):
+    variant = VARIANTS[target]
+    rec, row = ok_record(smoke, target), ok_record(smoke, variant.variant_of)
+    assert rec["row_of_record"] == variant.variant_of and row["row_of_record"] == variant.variant_of
+    assert rec["variant"] and row["variant"] == ""
+    assert rec["options"]["variant"] == variant.parameters["variant"] and row["options"]["variant"] == ""
+    assert rec["checks"]["loss"]["ok"] and rec["checks"]["loss"]["rel_diff"] <= 1e-4
+    mine, theirs = trajectory(rec), trajectory(row)
+    rel = np.abs(mine - theirs) / np.abs(theirs)
+    assert rel.max() <= TRAJECTORY_RTOL, "%s's first losses differ from %s's by %.2e" % (target, row["target"], rel.max())
+
+
+# ---- bf16 on a CPU: the mixed-precision code of every notebook runs in CI (issue #14) -----------------------
+@pytest.mark.parametrize("target", bf16_cpu_targets())
+def test_bf16_runs_on_a_cpu_and_passes_its_first_loss_check(smoke_bf16, target, first_reference_loss):
+    rec = ok_record(smoke_bf16, target, "bf16")
+    loss = rec["checks"]["loss"]
+    assert rec["precision"] == "bf16" and loss["precision"] == "bf16"
+    assert loss["ok"] and loss["rtol"] == LOSS_RTOL["bf16"] and loss["rel_diff"] <= LOSS_RTOL["bf16"]
+    assert loss["reference"] == pytest.approx(first_reference_loss, rel=1e-12)
+    assert rec["flops"]["peak_matmul"]["square"]["flops_per_s"] > 0
+
