@@ -6,6 +6,7 @@ against its own iterator), adds how it was produced, and writes it atomically in
 check, out of memory, timeout, interruption -- gets a record with status "failed" (or
 "skipped" when the target cannot run here) and a one-line reason instead.
 """
+import logging
 import os
 import re
 import subprocess
@@ -114,6 +115,15 @@ def notebook_parameters(target: Target, opts: RunOptions, result_path: str) -> d
     return dict(preset=opts.preset.name, batch_size=opts.preset.batch_size, scale=opts.preset.scale,
                 precision=opts.precision, seed=opts.seed, device=opts.device, result_path=result_path,
                 target=target.name, **target.parameters)
+
+
+def _not_after_a_signal(record) -> bool:
+    """papermill's logger (nbclient logs through it) complains that the kernel died when a signal stopped
+    it on purpose: keep that off the terminal, whose one line then says what happened."""
+    return interrupt.pending() is None
+
+
+logging.getLogger("papermill").addFilter(_not_after_a_signal)
 
 
 def kernel_manager_logging_to(log_path: str):
