@@ -182,12 +182,14 @@ def error(message: str) -> int:
 
 
 def main(argv=None) -> int:
-    interrupt.install()
+    previous = interrupt.install()
     try:
         return _main(argv)
-    except interrupt.Interrupted as e:   # before or after the notebooks (those say more: _run)
+    except interrupt.Interrupted as e:   # while checking or building (a notebook's run says more: _main)
         interrupt.stderr_line("run_all.py: %s" % e.reason)
         return e.exit_status
+    finally:
+        interrupt.restore(previous)
 
 
 def _main(argv=None) -> int:

@@ -39,9 +39,15 @@ class Interrupted(BaseException):
         return 128 + self.signum
 
 
-def install() -> None:
-    for sig in REASONS:
-        signal.signal(sig, _handler)
+def install() -> dict:
+    """Handle SIGINT and SIGTERM from now on; returns the previous handlers (for :func:`restore`)."""
+    _state["signum"] = None
+    return {sig: signal.signal(sig, _handler) for sig in REASONS}
+
+
+def restore(previous: dict) -> None:
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)
 
 
 def pending():

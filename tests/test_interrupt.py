@@ -186,3 +186,25 @@ def test_a_deferred_block_finishes_then_the_signal_is_raised():
                           universal_newlines=True, timeout=30)
     assert proc.stdout.splitlines() == ["the block goes on", "and ends", "terminated (SIGTERM) 143",
                                         "cut short: terminated (SIGTERM)"], (proc.stdout, proc.stderr)
+
+
+def test_sigterm_while_the_runner_environment_is_created(tmp_path):
+    """Before run_all.py re-executes itself in .venvs/runner: one line, 143, and no stamp (rebuilt next time)."""
+    base = getattr(sys, "_base_executable", None) or sys.executable
+    env = dict(os.environ, DS2_ENVS_DIR=str(tmp_path / "venvs"))
+    env.pop("DS2_RUNNER", None)
+    proc = subprocess.Popen([base, os.path.join(ROOT, "run_all.py"), "--frameworks", "pytorch"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                            start_new_session=True)
+    deadline = time.time() + 120
+    while not os.path.exists(str(tmp_path / "venvs" / "runner.log")) and time.time() < deadline:
+        time.sleep(0.1)
+    time.sleep(1)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 143, (out, err)
+    lines = err.strip().splitlines()
+    assert lines[0].startswith("Creating the runner environment") and len(lines) == 2, err
+    assert lines[1] == "run_all.py: terminated (SIGTERM) while creating the runner environment"
+    assert not os.path.exists(str(tmp_path / "venvs" / "runner" / ".ds2-stamp.json"))
+    assert not alive([proc.pid])           # pip, venv: nothing of its session is left
