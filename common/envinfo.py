@@ -84,6 +84,76 @@ def collect(extra: Optional[dict] = None) -> dict:
     return info
 
 
+def cpu_flags() -> set:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def cpu_clock_hz() -> Optional[float]:
+    """The highest clock the OS reports: lscpu's "CPU max MHz" where known, else /proc/cpuinfo's "cpu MHz"."""
+    out = _run(["lscpu"]) or ""
+    m = re.search(r"CPU max MHz:\s*([\d.]+)", out)
+    if m and float(m.group(1)) > 0:
+        return float(m.group(1)) * 1e6
+    try:
+        with open("/proc/cpuinfo") as f:
+            mhz = [float(line.split(":", 1)[1]) for line in f if line.lower().startswith("cpu mhz")]
+        return max(mhz) * 1e6 if mhz else None
+    except (OSError, ValueError):
+        return None
+
+
+def cpu_count() -> int:
+    """Logical CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def cpu_theoretical_peak(precision: str = "fp32") -> Optional[dict]:
+    """The CPU's theoretical dense FLOP/s, labelled with its assumptions: logical CPUs x FMA units x
+    SIMD lanes x 2 FLOPs per FMA x clock, from /proc/cpuinfo and lscpu.
+
+    Assumed (not readable from the OS): 2 FMA units per core (Intel Xeon since Skylake-SP, AMD Zen
+    2-5) and one logical CPU per physical core (a VM's vCPU may be a hyperthread sharing its core's
+    units). bf16: AMX (``amx_bf16``: 1024 FLOPs per cycle per core, Intel's figure for Sapphire Rapids)
+    or AVX-512 BF16 (twice fp32's rate); tf32 has no CPU form (None).
+    """
+    if precision == "tf32":
+        return None
+    flags = cpu_flags()
+    clock = cpu_clock_hz()
+    if not flags or not clock:
+        return None
+    cores = cpu_count()
+    fma_units = 2
+    if "avx512f" in flags:
+        isa, lanes = "AVX-512", 16
+    elif "avx2" in flags and "fma" in flags:
+        isa, lanes = "AVX2+FMA", 8
+    else:
+        isa, lanes, fma_units = "SSE", 4, 1
+    per_cycle = fma_units * lanes * 2
+    basis = "%d logical CPUs x %d FMA units x %d fp32 lanes (%s) x 2 FLOPs x %.2f GHz" % (
+        cores, fma_units, lanes, isa, clock / 1e9)
+    if precision == "bf16":
+        if "amx_bf16" in flags:
+            per_cycle, basis = 1024, "%d logical CPUs x 1024 bf16 FLOPs per cycle (AMX) x %.2f GHz" % (cores, clock / 1e9)
+        elif "avx512_bf16" in flags:
+            per_cycle *= 2
+            basis = basis.replace("fp32 lanes", "bf16 pairs") + " (AVX-512 BF16: 2 products per lane)"
+    return {"flops_per_s": float(cores * per_cycle * clock), "precision": precision, "basis": basis,
+            "assumptions": "2 FMA units per core and one logical CPU per core; clock as the OS reports it "
+                           "(turbo and AVX-512 down-clocking not modelled)", "label": "theoretical"}
+
+
 def host_peak_rss_bytes() -> Optional[int]:
     """Peak resident memory of this process (Linux: ru_maxrss is in KiB)."""
     try:

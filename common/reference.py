@@ -8,7 +8,7 @@ time step, training-mode BatchNorm (batch statistics, biased variance).
     losses = ctc_loss(logits, labels)                # (N,)  -log p(labels | features)
     loss   = ds2_loss(weights, features, labels, config)   # mean over the batch
 """
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
 import numpy as np
 
@@ -40,15 +40,27 @@ def conv2d(x: np.ndarray, w: np.ndarray, stride: Tuple[int, int], padding: Tuple
     return out.transpose(1, 0, 2, 3)
 
 
-def batch_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, feature_axis: int, eps: float) -> np.ndarray:
-    """Training-mode BatchNorm: normalise each feature over all other axes (biased variance).
+def batch_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, feature_axis: int, eps: float,
+               running: Optional[Tuple[np.ndarray, np.ndarray]] = None, stats: Optional[list] = None) -> np.ndarray:
+    """BatchNorm of each feature over all other axes.
 
-    For conv maps (N, C, F, T) the statistics of channel c run over N x F x T; for a
-    sequence (T, N, H) -- "sequence-wise" BatchNorm -- those of feature h run over T x N.
+    Training mode (``running`` None): the batch's mean and biased variance; for conv maps (N, C, F, T)
+    the statistics of channel c run over N x F x T, for a sequence (T, N, H) -- "sequence-wise"
+    BatchNorm -- those of feature h over T x N.  ``stats``, a list, receives (mean, unbiased variance)
+    of the batch: what the running statistics are updated with.  Inference mode: ``running`` =
+    (mean, var), the running statistics.
     """
     axes = tuple(a for a in range(x.ndim) if a != feature_axis % x.ndim)
-    mean = x.mean(axis=axes, keepdims=True)
-    var = x.var(axis=axes, keepdims=True)
+    if running is None:
+        mean = x.mean(axis=axes, keepdims=True)
+        var = x.var(axis=axes, keepdims=True)
+        if stats is not None:
+            n = x.size // x.shape[feature_axis]
+            stats.append((mean.reshape(-1), var.reshape(-1) * n / max(n - 1, 1)))
+    else:
+        keep = [1] * x.ndim
+        keep[feature_axis] = -1
+        mean, var = (np.asarray(r, dtype=np.float64).reshape(keep) for r in running)
     shape = [1] * x.ndim
     shape[feature_axis] = -1
     return (x - mean) / np.sqrt(var + eps) * gamma.reshape(shape) + beta.reshape(shape)
@@ -69,27 +81,43 @@ def rnn_direction(x: np.ndarray, W: np.ndarray, U: np.ndarray, b: np.ndarray, re
     return out
 
 
-def forward(weights: Dict[str, np.ndarray], features: np.ndarray, config: DS2Config) -> np.ndarray:
-    """The whole model, training-mode BatchNorm.  features (N, T, n_freq) -> logits (T/4, N, classes)."""
+def forward(weights: Dict[str, np.ndarray], features: np.ndarray, config: DS2Config, training: bool = True,
+            batch_stats: Optional[Dict[str, Tuple[np.ndarray, np.ndarray]]] = None) -> np.ndarray:
+    """The whole model.  features (N, T, n_freq) -> logits (T/4, N, classes).
+
+    ``training=True`` (the default): BatchNorm normalises with each batch's statistics, and
+    ``batch_stats`` (a dict, if given) receives ``<bn> -> (mean, unbiased var)`` of this batch.
+    ``training=False``: inference mode, BatchNorm normalises with the running statistics
+    ``<bn>.mean`` and ``<bn>.var`` of ``weights`` (the canonical format's, :func:`common.weights.canonical_state`).
+    """
     w = {k: np.asarray(v, dtype=np.float64) for k, v in weights.items()}
     c = config
+
+    def bn(x, name, feature_axis):
+        running = None if training else (w[name + ".mean"], w[name + ".var"])
+        stats = [] if batch_stats is not None else None
+        y = batch_norm(x, w[name + ".gamma"], w[name + ".beta"], feature_axis, c.bn_eps, running, stats)
+        if stats:
+            batch_stats[name] = stats[0]
+        return y
+
     # (N, T, F) -> (N, 1, F, T): one input channel, axes (frequency, time)
     x = np.asarray(features, dtype=np.float64).transpose(0, 2, 1)[:, None]
     for name, stride, padding in (("conv1", c.conv1_stride, c.conv1_padding),
                                   ("conv2", c.conv2_stride, c.conv2_padding)):
         x = conv2d(x, w[name + ".weight"], stride, padding)
-        x = batch_norm(x, w[name + ".bn.gamma"], w[name + ".bn.beta"], feature_axis=1, eps=c.bn_eps)
+        x = bn(x, name + ".bn", feature_axis=1)
         x = clipped_relu(x, c.clip)
     # (N, C, F, T') -> (T', N, C * F), channel-major: feature index = c * F + f
     n, ch, f, t = x.shape
     x = x.transpose(3, 0, 1, 2).reshape(t, n, ch * f)
     for i in range(1, c.rnn_layers + 1):
         p = "bd%d." % i
-        x = batch_norm(x, w[p + "bn.gamma"], w[p + "bn.beta"], feature_axis=-1, eps=c.bn_eps)
+        x = bn(x, p + "bn", feature_axis=-1)
         h_fwd = rnn_direction(x, w[p + "fwd.W"], w[p + "fwd.U"], w[p + "fwd.b"], reverse=False)
         h_bwd = rnn_direction(x, w[p + "bwd.W"], w[p + "bwd.U"], w[p + "bwd.b"], reverse=True)
         x = clipped_relu(h_fwd + h_bwd, c.clip)     # directions summed, then clipped
-    x = batch_norm(x, w["fc.bn.gamma"], w["fc.bn.beta"], feature_axis=-1, eps=c.bn_eps)
+    x = bn(x, "fc.bn", feature_axis=-1)
     x = clipped_relu(x @ w["fc.W"].T + w["fc.b"], c.clip)
     return x @ w["out.W"].T + w["out.b"]
 
@@ -133,7 +161,21 @@ def ctc_loss(logits: np.ndarray, labels: np.ndarray, blank: int = 0) -> np.ndarr
     return -np.logaddexp(alpha[:, -1], alpha[:, -2])
 
 
-def ds2_loss(weights: Dict[str, np.ndarray], features: np.ndarray, labels: np.ndarray, config: DS2Config) -> float:
-    """The benchmark's loss: CTC summed over the batch, divided by the batch size."""
-    logits = forward(weights, features, config)
+def update_running_stats(state: Dict[str, np.ndarray], batch_stats: Dict[str, Tuple[np.ndarray, np.ndarray]],
+                         config: DS2Config) -> Dict[str, np.ndarray]:
+    """The running statistics after one training step: ``r = (1 - m) r + m batch`` (m = bn_momentum, 0.1),
+    the variance with the batch's unbiased variance (the canonical choice, :meth:`DS2Config.running_stat_shapes`)."""
+    m = config.bn_momentum
+    out = dict(state)
+    for name, (mean, var) in batch_stats.items():
+        out[name + ".mean"] = (1 - m) * np.asarray(state[name + ".mean"], np.float64) + m * mean
+        out[name + ".var"] = (1 - m) * np.asarray(state[name + ".var"], np.float64) + m * var
+    return out
+
+
+def ds2_loss(weights: Dict[str, np.ndarray], features: np.ndarray, labels: np.ndarray, config: DS2Config,
+             training: bool = True) -> float:
+    """The benchmark's loss: CTC summed over the batch, divided by the batch size (``training=False``:
+    BatchNorm with the running statistics)."""
+    logits = forward(weights, features, config, training=training)
     return float(ctc_loss(logits, labels, blank=config.blank).mean())

@@ -18,6 +18,9 @@ scale, seed, config
 data                  the iterator's facts and the checksum of what the pass consumed
 checks                params, loss (first loss vs NumPy reference), checksum
 timing, losses        :meth:`common.timing.BenchmarkTimer.summary`
+flops                 training FLOPs of the timed pass, achieved FLOP/s, the measured matmul peak
+                      and the efficiency (:func:`common.flops.flops_section`)
+row_of_record         the framework's row of record a variant row belongs to (run_all.py)
 memory                device_peak_bytes, host_peak_rss_bytes
 options               framework switches the run used (torch.compile, hybridize, ...)
 run                   started/finished (UTC), notebook, command, git commit (run_all.py)
@@ -67,6 +70,7 @@ def new_record(target: str, framework: str, api: str, variant: str = "", **field
         "losses": {},
         "memory": {},
         "options": {},
+        "flops": {},
         "run": {"started": utc_now()},
     }
     record.update(fields)
@@ -75,18 +79,24 @@ def new_record(target: str, framework: str, api: str, variant: str = "", **field
 
 def benchmark_record(target: str, framework: str, api: str, variant: str, preset, precision: str, seed: int,
                      iterator, timer, checks: dict, device: dict, versions: dict, memory: Optional[dict] = None,
-                     options: Optional[dict] = None, environment: Optional[dict] = None) -> dict:
+                     options: Optional[dict] = None, environment: Optional[dict] = None,
+                     peak: Optional[dict] = None, **sections) -> dict:
     """The record of a completed notebook run, from the objects every notebook has.
 
     ``preset``: the :class:`common.spec.Preset` run; ``iterator``: the
     :class:`common.data.DeepMarkIterator` after its timed pass; ``timer``: the
     :class:`common.timing.BenchmarkTimer`; ``versions``: framework facts (``framework`` at least);
-    ``environment``: framework facts about the machine (CUDA, cuDNN) added to :func:`envinfo.collect`.
+    ``environment``: framework facts about the machine (CUDA, cuDNN) added to :func:`envinfo.collect`;
+    ``peak``: the notebook's :func:`common.flops.measure_matmul_peak` (the record's ``flops`` section is
+    computed from the configuration, the timed pass and this peak); ``sections``: further top-level
+    sections (``profile``, ...).
     """
     import platform
     import numpy
     from . import envinfo
+    from .flops import flops_section
     summary = timer.summary()
+    theoretical = envinfo.cpu_theoretical_peak(precision) if (device or {}).get("type") == "cpu" else None
     mem = {"device_peak_bytes": None, "host_peak_rss_bytes": envinfo.host_peak_rss_bytes()}
     mem.update(memory or {})
     return new_record(
@@ -95,7 +105,8 @@ def benchmark_record(target: str, framework: str, api: str, variant: str, preset
         device=device, environment=envinfo.collect(environment), precision=precision,
         preset=preset.name, batch_size=preset.batch_size, scale=preset.scale, seed=seed,
         config=preset.config.to_dict(), data=dict(iterator.describe(), checksum=iterator.checksum),
-        checks=checks, timing=summary["timing"], losses=summary["losses"], memory=mem, options=options or {})
+        checks=checks, timing=summary["timing"], losses=summary["losses"], memory=mem, options=options or {},
+        flops=flops_section(preset.config, timer.steps, timer.train_s, peak, theoretical), **sections)
 
 
 def failed_record(target: str, status: str, error: str, **fields) -> dict:

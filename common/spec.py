@@ -26,6 +26,7 @@ Optimizer: SGD, classical momentum 0.9 (v = 0.9 v + g; p -= lr v), lr 1e-4.
 This module is framework-free and runs on Python 3.6 (CNTK's interpreter) as well as 3.11+.
 """
 from dataclasses import asdict, dataclass, field, replace
+from collections import OrderedDict
 from typing import Dict, Tuple
 
 # DeepMark's utterance-length table (issue #1 of the DeepMark benchmark, by Baidu).
@@ -133,6 +134,33 @@ class DS2Config:
         })
         return shapes
 
+    def bn_names(self) -> Tuple[str, ...]:
+        """The BatchNorm layers, in model order: conv1.bn, conv2.bn, bd{i}.bn, fc.bn."""
+        return ("conv1.bn", "conv2.bn") + tuple("bd%d.bn" % i for i in range(1, self.rnn_layers + 1)) + ("fc.bn",)
+
+    def running_stat_shapes(self) -> Dict[str, Tuple[int, ...]]:
+        """The BatchNorm running statistics of the canonical format: ``<bn>.mean`` and ``<bn>.var``.
+
+        Not trainable (not in :attr:`param_count`).  Initialised 0 and 1 and updated in training mode as
+        ``r = (1 - bn_momentum) * r + bn_momentum * batch``, where the batch variance is the **unbiased**
+        one (n / (n - 1) times the biased variance that normalises the batch, n = the number of values per
+        feature: N x F x T' for the convolutions, N x T/4 for the sequences) -- PyTorch's and cuDNN's
+        convention.  Keras, Flax and MXNet store the biased one instead (the README's migration notes say
+        what each framework stores and how large the difference is).
+        """
+        widths = [self.conv_channels, self.conv_channels] + list(self.rnn_input_widths()) + [self.rnn_hidden]
+        shapes = {}
+        for name, width in zip(self.bn_names(), widths):
+            shapes[name + ".mean"] = (width,)
+            shapes[name + ".var"] = (width,)
+        return shapes
+
+    def state_shapes(self) -> Dict[str, Tuple[int, ...]]:
+        """Everything a trained model holds in the canonical format: parameters and running statistics."""
+        shapes = dict(self.param_shapes())
+        shapes.update(self.running_stat_shapes())
+        return shapes
+
     @property
     def param_count(self) -> int:
         """Canonical trainable parameter count: one bias per RNN direction (92,244,637)."""
@@ -149,23 +177,39 @@ class DS2Config:
         """Parameters a fused two-bias RNN (cuDNN layout: b_ih and b_hh) holds on top (24,640)."""
         return self.rnn_layers * 2 * self.rnn_hidden
 
-    def forward_macs(self, frames: int) -> int:
-        """Multiply-accumulates of one forward pass over one utterance of ``frames`` frames.
+    def forward_macs_by_layer(self, frames: int) -> "OrderedDict[str, int]":
+        """Multiply-accumulates of one forward pass over one utterance of ``frames`` frames, per product.
 
-        Counts convolutions and matrix products (everything else is lower order).
+        Convolutions, and for every bd layer the input product ``W x`` and the recurrent product
+        ``U h`` of both directions, the fc and the output layer (BatchNorm, activations and CTC are
+        lower order and not counted).  Keys: ``conv1``, ``conv2``, ``bd{i}.input``, ``bd{i}.recurrent``,
+        ``fc``, ``out``.
         """
         c = self.conv_channels
         t1 = self.time_after_conv1(frames)
         t2 = self.output_length(frames)
         kf1, kt1 = self.conv1_kernel
         kf2, kt2 = self.conv2_kernel
-        macs = t1 * self.freq_after_conv1 * c * (1 * kf1 * kt1)
-        macs += t2 * self.freq_after_conv2 * c * (c * kf2 * kt2)
-        for width in self.rnn_input_widths():
-            macs += t2 * 2 * (width * self.rnn_hidden + self.rnn_hidden * self.rnn_hidden)
-        macs += t2 * self.rnn_hidden * self.fc_hidden
-        macs += t2 * self.fc_hidden * self.n_classes
+        macs = OrderedDict()
+        macs["conv1"] = t1 * self.freq_after_conv1 * c * (1 * kf1 * kt1)
+        macs["conv2"] = t2 * self.freq_after_conv2 * c * (c * kf2 * kt2)
+        for i, width in enumerate(self.rnn_input_widths(), start=1):
+            macs["bd%d.input" % i] = t2 * 2 * width * self.rnn_hidden              # both directions
+            macs["bd%d.recurrent" % i] = t2 * 2 * self.rnn_hidden * self.rnn_hidden
+        macs["fc"] = t2 * self.rnn_hidden * self.fc_hidden
+        macs["out"] = t2 * self.fc_hidden * self.n_classes
         return macs
+
+    def forward_macs(self, frames: int) -> int:
+        """Multiply-accumulates of one forward pass over one utterance of ``frames`` frames
+        (the sum of :meth:`forward_macs_by_layer`)."""
+        return sum(self.forward_macs_by_layer(frames).values())
+
+    def train_flops(self, frames: int, batch_size: int = 1) -> float:
+        """FLOPs of one training step on ``batch_size`` utterances of ``frames`` frames:
+        2 FLOPs per multiply-accumulate, x3 for forward + backward (the backward pass computes the
+        gradients of inputs and of weights, one product each per forward product)."""
+        return 3.0 * 2.0 * self.forward_macs(frames) * batch_size
 
     @property
     def forward_flops_per_audio_second(self) -> float:
@@ -190,6 +234,8 @@ class Preset:
     scale: int              # utterances per percent point of the length table
     batch_size: int         # default minibatch size
     purpose: str
+    forward_repeats: int = 3    # repeats per utterance length of the forward-only timing (median)
+    peak_square: int = 4096     # side of the square matmul whose rate is the device's measured peak
 
     def with_overrides(self, batch_size=None, scale=None) -> "Preset":
         """This preset with a different batch size and/or data scale (validated)."""
@@ -218,7 +264,15 @@ PRESETS = {
     "quick": Preset("quick", FULL_MODEL, scale=64, batch_size=32,
                     purpose="a fast GPU run: full model, 5% of an epoch with the same length mix"),
     "smoke": Preset("smoke", SMOKE_MODEL, scale=1, batch_size=8,
-                    purpose="CPU, CI and tests: same structure with small widths, 100 utterances"),
+                    purpose="CPU, CI and tests: same structure with small widths, 100 utterances",
+                    peak_square=1024),
+    # The full model on a machine without a GPU, sized for at most ~8 minutes per framework on 2 CPU
+    # cores: one utterance per percent point (100 utterances, 594 s of audio) in batches of 8, so the
+    # long lengths (10-15 s) come in batches of 1-4 utterances -- their recurrence is a matrix-vector
+    # product, memory-bound; forward timing once per length.
+    "cpu": Preset("cpu", FULL_MODEL, scale=1, batch_size=8, forward_repeats=1,
+                  purpose="the full model on a CPU: 100 utterances (594 s of audio), at most ~8 min per framework "
+                          "on 2 cores"),
 }
 
 

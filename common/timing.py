@@ -53,6 +53,7 @@ class BenchmarkTimer:
         self.steps = []               # type: List[StepTime]
         self.train_s = None           # type: Optional[float]
         self.forward_ms = OrderedDict()  # seconds of audio -> median ms
+        self.forward_repeats = None   # type: Optional[int]
 
     def _timed(self, fn, batch):
         start = self.clock()
@@ -100,6 +101,7 @@ class BenchmarkTimer:
         """Median forward-only milliseconds per utterance length (``iterator.one_batch_per_length()``)."""
         if repeats < 1:
             raise ValueError("repeats must be at least 1, got %r" % (repeats,))
+        self.forward_repeats = repeats
         for batch in batches:
             times = [self._timed(forward, batch)[1] for _ in range(repeats)]
             self.forward_ms[batch.seconds] = float(np.median(times) * 1e3)
@@ -145,6 +147,7 @@ class BenchmarkTimer:
             ("projected_epoch_s", projected),
             ("projected_scale", projected_scale),
             ("forward_ms", OrderedDict((str(k), v) for k, v in self.forward_ms.items())),
+            ("forward_repeats", self.forward_repeats),
             ("per_length", per_length),
         ])
         losses = OrderedDict([

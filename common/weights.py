@@ -42,6 +42,47 @@ def canonical_weights(config: DS2Config, seed: int = 0) -> Dict[str, np.ndarray]
     return weights
 
 
+def canonical_state(config: DS2Config, seed: int = 0) -> Dict[str, np.ndarray]:
+    """The canonical weights plus the BatchNorm running statistics (``<bn>.mean`` 0, ``<bn>.var`` 1):
+    the whole canonical format, as an exported model holds it."""
+    state = canonical_weights(config, seed)
+    for name, shape in config.running_stat_shapes().items():
+        state[name] = (np.zeros if name.endswith(".mean") else np.ones)(shape, dtype=np.float32)
+    return state
+
+
+class WeightsError(ValueError):
+    """A canonical weights file that cannot be used; the message is one line naming the file."""
+
+
+def load_state(path: str, config: DS2Config) -> Dict[str, np.ndarray]:
+    """Load a canonical ``.npz`` (parameters and running statistics) and check it against ``config``:
+    every name present and no other, each with the canonical shape and float32.  The first mismatch
+    raises :class:`WeightsError` with one line naming the file."""
+    try:
+        weights = load_weights(path)
+    except FileNotFoundError:
+        raise WeightsError("weights file %s does not exist" % path) from None
+    except Exception as e:  # a truncated or foreign file: zipfile, pickle or OS errors
+        raise WeightsError("weights file %s cannot be read: %s: %s" % (path, type(e).__name__, e)) from None
+    expected = config.state_shapes()
+    missing = [n for n in expected if n not in weights]
+    if missing:
+        raise WeightsError("weights file %s lacks %s (%d canonical names missing)" % (path, missing[0], len(missing)))
+    extra = [n for n in weights if n not in expected]
+    if extra:
+        raise WeightsError("weights file %s has %s, which is not a canonical name of this model (%d extra)"
+                           % (path, extra[0], len(extra)))
+    for name, shape in expected.items():
+        a = weights[name]
+        if tuple(a.shape) != tuple(shape):
+            raise WeightsError("weights file %s: %s has shape %s, this model's is %s (another preset's widths?)"
+                               % (path, name, tuple(a.shape), tuple(shape)))
+        if a.dtype != np.float32:
+            raise WeightsError("weights file %s: %s is %s, the canonical format is float32" % (path, name, a.dtype))
+    return {name: weights[name] for name in expected}
+
+
 def param_count(config: DS2Config) -> int:
     """Canonical trainable parameter count (92,244,637 for the full model)."""
     return config.param_count

@@ -11,7 +11,7 @@ from common.spec import PRECISIONS, PRESETS, get_preset
 
 from . import cntk_python, envs, execute, interrupt, report
 from .bootstrap import ROOT, EnvError
-from .targets import ENVS, TARGETS, names
+from .targets import ALL_TARGETS, ENVS, TARGETS, VARIANTS, names, variants_of
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -47,7 +47,7 @@ def comma_list(choices, what):
         if not items:
             raise argparse.ArgumentTypeError("no %s given" % what)
         if items == ["all"] and what == "framework":
-            return list(choices)
+            return list(TARGETS)
         for item in items:
             if item not in choices:
                 raise argparse.ArgumentTypeError("unknown %s %r; choose from: %s" % (what, item, ", ".join(choices)))
@@ -71,8 +71,11 @@ def env_python(text: str):
 
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="run_all.py", description="Run the DS2 notebooks of every framework and write results.md.")
-    p.add_argument("--frameworks", type=comma_list(list(TARGETS), "framework"), default=list(TARGETS),
-                   help="comma-separated targets, or 'all' (default). Targets: %s" % names())
+    p.add_argument("--frameworks", type=comma_list(list(ALL_TARGETS), "framework"), default=list(TARGETS),
+                   help="comma-separated targets, or 'all' (default: every row of record). Targets: %s; "
+                        "variants: %s" % (names(), ", ".join(VARIANTS)))
+    p.add_argument("--variants", action="store_true",
+                   help="also run each selected framework's fastest known variant (its own row)")
     p.add_argument("--preset", type=preset_name, default=None,
                    help="%s (default: deepmark on a CUDA GPU, smoke otherwise)" % " | ".join(PRESETS))
     p.add_argument("--batch-size", type=positive_int, default=None, help="minibatch size (default: the preset's)")
@@ -194,7 +197,9 @@ def main(argv=None) -> int:
 
 def _main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    targets = [TARGETS[name] for name in args.frameworks]
+    targets = [ALL_TARGETS[name] for name in args.frameworks]
+    if args.variants:
+        targets += [v for t in list(targets) for v in variants_of(t.name) if v not in targets]
     env_names = list(ENVS) if args.list else sorted(set(t.env for t in targets), key=list(ENVS).index)
     # every path and interpreter is checked before anything is built
     results_dir, output = output_paths(args)
@@ -210,7 +215,7 @@ def _main(argv=None) -> int:
 
     if args.list:
         print("device: %s%s" % (device, " (%s)" % gpus[0]["name"] if gpus and device == "cuda" else ""))
-        for t in TARGETS.values():
+        for t in ALL_TARGETS.values():
             env = ENVS[t.env]
             state = envs.status(env, device, pythons.get(env.name))
             present = "" if os.path.exists(t.notebook_path) else "  [notebook missing]"

@@ -80,6 +80,7 @@ def expected_checksum(preset: Preset, seed: int) -> str:
 
 def _base_fields(target: Target, opts: RunOptions) -> dict:
     return dict(framework=target.label.split(" (")[0], api=target.label, preset=opts.preset.name,
+                row_of_record=target.variant_of or target.name,
                 batch_size=opts.preset.batch_size, scale=opts.preset.scale, seed=opts.seed,
                 precision=opts.precision, config=opts.preset.config.to_dict(),
                 device={"type": opts.device, "name": (opts.gpu or {}).get("name") if opts.device == "cuda"
@@ -265,6 +266,7 @@ def _run(target, opts, announce, finish, done, staged, partial_nb, notebook_out,
         rec.setdefault("checks", {})["checksum"] = {"checksum": got, "expected": expected, "ok": got == expected}
         if got != expected:
             rec["status"], rec["error"] = "failed", "data checksum %s differs from the runner's %s" % (got, expected)
+        rec["row_of_record"] = target.variant_of or target.name
         rec["run"] = dict(rec.get("run", {}), **_run_info(target, opts, started, executed))
         rec["run"]["wall_s"] = time.time() - t0
         return done(rec)

@@ -38,6 +38,10 @@ STEPS = [
     ("warmup", "8. Warm-up", "One untimed step per batch shape."),
     ("epoch", "9. Timed epoch", "The whole iterator once, synchronised per step."),
     ("forward", "10. Forward-only timing", "Forward pass per utterance length."),
+    ("peak", "10b. The device's matmul peak", "Dense matrix products at the run's precision: the roofline every row "
+                                              "is held against."),
+    ("profile", "10c. Where the time goes", "One training step under the framework's own profiler, reduced to "
+                                            "shares of convolutions, RNN, CTC, BatchNorm and the optimizer."),
     ("record", "11. Result record", "The JSON record for results.md."),
 ]
 

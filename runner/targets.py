@@ -60,8 +60,9 @@ class Target:
 
     def __init__(self, name: str, label: str, notebook: str, env: str, parameters: Optional[dict] = None,
                  gpu_unsupported: Optional[Callable[[Optional[float]], Optional[str]]] = None,
-                 unsupported_gpu_precisions: Optional[Dict[str, str]] = None):
+                 unsupported_gpu_precisions: Optional[Dict[str, str]] = None, variant_of: Optional[str] = None):
         self.name = name
+        self.variant_of = variant_of            # the row of record this target is a faster variant of
         self.label = label
         self.notebook = notebook
         self.env = env
@@ -204,6 +205,38 @@ TARGETS = OrderedDict((t.name, t) for t in [
     Target("keras-tensorflow", "Keras 3 (TensorFlow backend)", "Keras3_DS2.ipynb", "tensorflow",
            parameters={"backend": "tensorflow"}),
 ])
+
+
+# ---- each framework's fastest known variant: its own row next to the row of record ------------------
+#: name -> (row of record, label, the notebook's ``variant`` parameter).  The row of record stays the
+#: framework's highest-level API; a variant changes only what its label says, and passes the same checks.
+#: Named ``<row of record>+<variant>``.  No variant: CNTK (cntk.layers has no compiled or fused CPU path
+#: beyond what the row of record uses) and Keras on JAX (its row of record is already one XLA program).
+_VARIANTS = [
+    ("pytorch+compile", "pytorch", "PyTorch (torch.compile)", "compile"),
+    ("tensorflow+xla", "tensorflow", "TensorFlow (tf.keras, XLA)", "xla"),
+    ("mxnet+static", "mxnet", "MXNet (Gluon, static_shape)", "static"),
+    ("jax+unroll", "jax", "JAX (Flax NNX, unrolled scan)", "unroll"),
+    ("keras-torch+compile", "keras-torch", "Keras 3 (torch backend, jit_compile)", "compile"),
+    ("keras-tensorflow+xla", "keras-tensorflow", "Keras 3 (TensorFlow backend, XLA)", "xla"),
+]
+
+
+def _variant(name: str, of: str, label: str, variant: str) -> Target:
+    base = TARGETS[of]
+    return Target(name, label, base.notebook, base.env, parameters=dict(base.parameters, variant=variant),
+                  gpu_unsupported=base.gpu_unsupported, unsupported_gpu_precisions=base.unsupported_gpu_precisions,
+                  variant_of=of)
+
+
+VARIANTS = OrderedDict((name, _variant(name, of, label, v)) for name, of, label, v in _VARIANTS)
+#: every target run_all.py knows: the rows of record, then the variants
+ALL_TARGETS = OrderedDict(list(TARGETS.items()) + list(VARIANTS.items()))
+
+
+def variants_of(name: str) -> list:
+    """The variant targets of the row of record ``name``."""
+    return [v for v in VARIANTS.values() if v.variant_of == name]
 
 
 def names() -> str:

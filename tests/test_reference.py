@@ -161,3 +161,43 @@ def test_channel_major_feature_order():
         other["bd1.%s.W" % d] = w["bd1.%s.W" % d].copy()
         other["bd1.%s.W" % d][:, F:2 * F] *= 5.0        # channel 1's columns: the output changes
     assert not np.allclose(ref.forward(other, batch.features, cfg), base)
+
+
+def test_inference_mode_normalises_with_the_running_statistics():
+    """With every running statistic set to the batch's own (biased) statistics, inference mode computes
+    exactly what training mode computes on that batch; with the initial 0/1 it computes something else."""
+    from common.weights import canonical_state
+    cfg = SMOKE_MODEL
+    state = canonical_state(cfg, seed=0)
+    batch = DeepMarkIterator(batch_size=3, scale=1, seed=0).batch(0)
+    stats = {}
+    train = ref.forward(state, batch.features, cfg, batch_stats=stats)
+    assert list(stats) == list(cfg.bn_names())
+    n_values = {"conv1.bn": 3 * cfg.freq_after_conv1 * cfg.time_after_conv1(batch.frames),
+                "conv2.bn": 3 * cfg.freq_after_conv2 * cfg.output_length(batch.frames)}
+    matched = dict(state)
+    for name, (mean, unbiased) in stats.items():
+        n = n_values.get(name, 3 * cfg.output_length(batch.frames))
+        matched[name + ".mean"], matched[name + ".var"] = mean, unbiased * (n - 1) / n
+    assert np.allclose(ref.forward(matched, batch.features, cfg, training=False), train, rtol=1e-10, atol=1e-10)
+    assert not np.allclose(ref.forward(state, batch.features, cfg, training=False), train, rtol=1e-3)
+    # the training-mode path ignores the running statistics
+    assert np.array_equal(ref.forward(matched, batch.features, cfg), train)
+
+
+def test_running_statistics_update_with_the_unbiased_variance():
+    from common.weights import canonical_state
+    cfg = SMOKE_MODEL
+    state = canonical_state(cfg, seed=0)
+    batch = DeepMarkIterator(batch_size=2, scale=1, seed=0).batch(0)
+    stats = {}
+    ref.forward(state, batch.features, cfg, batch_stats=stats)
+    after = ref.update_running_stats(state, stats, cfg)
+    mean, var = stats["fc.bn"]
+    assert np.allclose(after["fc.bn.mean"], 0.1 * mean) and np.allclose(after["fc.bn.var"], 0.9 + 0.1 * var)
+    # the unbiased variance: n / (n - 1) times the variance that normalised the batch
+    t = cfg.output_length(batch.frames)
+    x = np.random.default_rng(0).normal(size=(t, 2, 5))
+    got = []
+    ref.batch_norm(x, np.ones(5), np.zeros(5), -1, 1e-5, stats=got)
+    assert np.allclose(got[0][1], x.reshape(-1, 5).var(axis=0, ddof=1))

@@ -32,7 +32,7 @@ def fake_python(path, version, shared=True):
 
 @pytest.mark.parametrize("args, message", [
     (["--frameworks", "theano"], "unknown framework 'theano'; choose from: pytorch, tensorflow"),
-    (["--preset", "huge"], "unknown preset 'huge'; valid presets: deepmark, quick, smoke"),
+    (["--preset", "huge"], "unknown preset 'huge'; valid presets: cpu, deepmark, quick, smoke"),
     (["--batch-size", "0"], "must be a positive integer, got '0'"),
     (["--batch-size", "x"], "must be a positive integer, got 'x'"),
     (["--scale", "-2"], "must be a positive integer"),

@@ -39,7 +39,8 @@ def test_config_is_frozen():
 
 
 def test_presets_follow_the_spec():
-    assert set(PRESETS) == {"deepmark", "quick", "smoke"}
+    assert set(PRESETS) == {"deepmark", "quick", "smoke", "cpu"}
+    assert get_preset("cpu").config == FULL_MODEL and (get_preset("cpu").scale, get_preset("cpu").batch_size) == (1, 8)
     assert get_preset("deepmark").config == FULL_MODEL and get_preset("deepmark").scale == DEEPMARK_SCALE
     assert get_preset("quick").config == FULL_MODEL and get_preset("quick").scale == 64
     smoke = get_preset("smoke").config

@@ -60,3 +60,54 @@ def test_npz_round_trip(tmp_path):
     assert list(back) == list(w)
     assert all(np.array_equal(back[k], w[k]) and back[k].dtype == w[k].dtype for k in w)
     assert not list(tmp_path.glob("*.partial"))
+
+
+def test_canonical_state_adds_running_statistics():
+    from common.weights import canonical_state
+    state = canonical_state(SMOKE_MODEL, seed=0)
+    assert set(state) == set(SMOKE_MODEL.state_shapes())
+    assert set(state) - set(SMOKE_MODEL.param_shapes()) == {n + s for n in SMOKE_MODEL.bn_names() for s in (".mean", ".var")}
+    assert np.all(state["bd1.bn.mean"] == 0) and np.all(state["fc.bn.var"] == 1)
+    assert state["bd1.bn.var"].shape == (SMOKE_MODEL.rnn_input_width,)
+    assert count({k: v for k, v in state.items() if k in SMOKE_MODEL.param_shapes()}) == param_count(SMOKE_MODEL)
+
+
+@pytest.mark.parametrize("damage, message", [
+    ("missing_file", "does not exist"),
+    ("garbage", "cannot be read"),
+    ("drop", "lacks conv1.weight"),
+    ("extra", "has bd9.fwd.W, which is not a canonical name"),
+    ("shape", "another preset's widths"),
+    ("dtype", "is float64, the canonical format is float32"),
+])
+def test_load_state_refuses_a_mismatched_file_in_one_line(tmp_path, damage, message):
+    import dataclasses
+    from common.weights import WeightsError, canonical_state, load_state
+    state = canonical_state(SMOKE_MODEL, seed=0)
+    config = SMOKE_MODEL
+    path = str(tmp_path / "w.npz")
+    if damage == "drop":
+        del state["conv1.weight"]
+    elif damage == "extra":
+        state["bd9.fwd.W"] = state["bd1.fwd.W"]
+    elif damage == "shape":
+        config = dataclasses.replace(SMOKE_MODEL, rnn_hidden=16, fc_hidden=16)
+    elif damage == "dtype":
+        state["out.b"] = state["out.b"].astype(np.float64)
+    if damage == "garbage":
+        with open(path, "wb") as f:
+            f.write(b"not a zip file")
+    elif damage != "missing_file":
+        save_weights(path, state)
+    with pytest.raises(WeightsError) as err:
+        load_state(path, config)
+    assert message in str(err.value) and path in str(err.value) and "\n" not in str(err.value)
+
+
+def test_load_state_round_trip(tmp_path):
+    from common.weights import canonical_state, load_state
+    state = canonical_state(SMOKE_MODEL, seed=1)
+    path = str(tmp_path / "w.npz")
+    save_weights(path, state)
+    back = load_state(path, SMOKE_MODEL)
+    assert set(back) == set(state) and all(np.array_equal(back[k], state[k]) for k in state)
