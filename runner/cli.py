@@ -156,10 +156,11 @@ def python_error(env_name: str, path: str) -> Optional[str]:
     return None
 
 
-def resolve_pythons(args, env_names: List[str]) -> (Dict[str, str], List[str], List[str]):
-    """The interpreters per environment, what to say about them, and the errors: every --python is
-    checked, and the CNTK interpreter is given (--cntk-python, DS2_CNTK_PYTHON) or found."""
-    pythons, notes, errors = {}, [], []
+def resolve_pythons(args, env_names: List[str]):
+    """The interpreters per environment, what to say about them, the errors, and the environments whose
+    interpreter was found rather than given: every --python is checked, and the CNTK interpreter is
+    given (--cntk-python, DS2_CNTK_PYTHON) or found."""
+    pythons, notes, errors, discovered = {}, [], [], set()
     for name, path in args.python:
         error = python_error(name, path)
         if error:
@@ -172,11 +173,13 @@ def resolve_pythons(args, env_names: List[str]) -> (Dict[str, str], List[str], L
             errors.append(found.error)
         elif found.chosen:
             pythons["cntk"] = found.path
+            if found.given is None:
+                discovered.add("cntk")
         if "cntk" in env_names:
             notes += found.lines()
     elif "cntk" in pythons and "cntk" in env_names:
         notes.append("CNTK interpreter: %s (from --python cntk=)" % pythons["cntk"])
-    return pythons, notes, errors
+    return pythons, notes, errors, discovered
 
 
 def error(message: str) -> int:
@@ -204,7 +207,7 @@ def _main(argv=None) -> int:
     # every path and interpreter is checked before anything is built
     results_dir, output = output_paths(args)
     errors = [] if args.list else path_errors(results_dir, output)
-    pythons, notes, python_errors = resolve_pythons(args, env_names)
+    pythons, notes, python_errors, discovered = resolve_pythons(args, env_names)
     errors += python_errors
     if errors:
         return error(errors[0])
@@ -253,7 +256,7 @@ def _main(argv=None) -> int:
         print("[%d/%d] %s, %s" % (i, len(runs), target.name, precision), flush=True)
         opts = execute.RunOptions(preset, precision, args.seed, device, results_dir, timeout=args.timeout,
                                   pythons=pythons, command=command, gpu=gpus[0] if gpus else None,
-                                  progress=not args.no_progress)
+                                  progress=not args.no_progress, found=discovered)
         try:
             statuses.append(execute.run_target(target, opts)["status"])
         except interrupt.Interrupted as e:

@@ -12,7 +12,7 @@ import re
 import subprocess
 import sys
 import time
-from typing import Dict, Optional
+from typing import Dict, Optional, Set
 
 from common import envinfo, results
 from common.data import DeepMarkIterator
@@ -26,7 +26,8 @@ from .targets import ENVS, Target
 class RunOptions:
     def __init__(self, preset: Preset, precision: str, seed: int, device: str, results_dir: str,
                  timeout: Optional[float] = None, pythons: Optional[Dict[str, str]] = None,
-                 command: str = "", gpu: Optional[dict] = None, progress: bool = True):
+                 command: str = "", gpu: Optional[dict] = None, progress: bool = True,
+                 found: Optional[Set[str]] = None):
         self.preset = preset
         self.precision = precision
         self.seed = seed
@@ -37,6 +38,7 @@ class RunOptions:
         self.command = command
         self.gpu = gpu                  # first GPU's facts (envinfo.gpus()[0]) when device is cuda
         self.progress = progress
+        self.found = found or set()     # env names whose interpreter was found here, not given (CNTK's)
 
     @property
     def device_slug(self) -> str:
@@ -226,6 +228,10 @@ def _run(target, opts, announce, finish, done, staged, partial_nb, notebook_out,
         return finish("skipped", "precision %s: %s" % (opts.precision, why))
     # 2. its environment and kernel
     env = ENVS[target.env]
+    if env.needs and env.name in opts.found:   # nobody asked for it: a missing system piece skips it
+        reason = env.needs()
+        if reason:
+            return finish("skipped", "environment %s: %s" % (env.name, reason))
     try:
         kernel = envs.ensure(env, opts.device, opts.pythons.get(env.name), announce=announce)
     except EnvError as e:

@@ -131,3 +131,18 @@ def test_finds_this_machines_pyenv_36():
     env.pop(cntk_python.ENV_VAR, None)
     found = cntk_python.discover(None, environ=env)
     assert found.chosen is not None and found.chosen.version.startswith("3.6."), found.lines()
+
+
+@pytest.mark.parametrize("found, status", [({"cntk"}, "skipped"), (set(), "failed")])
+def test_a_found_interpreter_without_openmpi_skips_cntk_a_given_one_fails(tmp_path, monkeypatch, found, status):
+    """Nobody asked for CNTK when its interpreter was only found: a missing system library skips the row
+    (exit status 0) instead of failing it; with --cntk-python it is a failure to fix."""
+    from common.spec import get_preset
+    from runner import execute, targets
+    env = targets.ENVS["cntk"]
+    monkeypatch.setattr(env, "needs", lambda: "this machine lacks OpenMPI 4's libmpi.so.40")
+    python = fake(tmp_path / "py" / "python3.6", "3.6.15")
+    opts = execute.RunOptions(get_preset("smoke"), "fp32", 0, "cpu", str(tmp_path / "results"),
+                              pythons={"cntk": python}, found=found, progress=False)
+    rec = execute.run_target(targets.TARGETS["cntk"], opts, announce=lambda m: None)
+    assert rec["status"] == status and "lacks OpenMPI 4's libmpi.so.40" in rec["error"], rec["error"]
