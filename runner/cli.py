@@ -182,6 +182,12 @@ def resolve_pythons(args, env_names: List[str]):
     return pythons, notes, errors, discovered
 
 
+def shown(path: str) -> str:
+    """A path as the user reads it best: relative inside the current directory, absolute outside."""
+    rel = os.path.relpath(path)
+    return path if rel.startswith("..") else rel
+
+
 def error(message: str) -> int:
     interrupt.stderr_line("run_all.py: error: %s" % message)
     return 2
@@ -249,7 +255,7 @@ def _main(argv=None) -> int:
     command = "python run_all.py" + "".join(" " + shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
     runs = [(t, prec) for t in targets for prec in args.precision]
     print("Running %d notebook(s) on %s, preset %s (batch size %d, scale %d), results in %s"
-          % (len(runs), device, preset.name, preset.batch_size, preset.scale, os.path.relpath(results_dir)))
+          % (len(runs), device, preset.name, preset.batch_size, preset.scale, shown(results_dir)))
     statuses = []
     stopped = None
     for i, (target, precision) in enumerate(runs, 1):
@@ -269,8 +275,8 @@ def _main(argv=None) -> int:
         report.write(results_dir, output, command, execute.git_commit())
         e, where = stopped
         interrupt.stderr_line("run_all.py: %s during %s: recorded as failed; %s regenerated from the records in %s"
-                              % (e.reason, where, os.path.relpath(output), os.path.relpath(results_dir)))
+                              % (e.reason, where, shown(output), shown(results_dir)))
         return e.exit_status
-    print("Wrote %s: %d ok, %d failed, %d skipped." % (os.path.relpath(output), statuses.count("ok"),
+    print("Wrote %s: %d ok, %d failed, %d skipped." % (shown(output), statuses.count("ok"),
                                                      statuses.count("failed"), statuses.count("skipped")))
     return 0 if "failed" not in statuses else 1
