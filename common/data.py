@@ -18,6 +18,14 @@ Everything derives from one seed, through NumPy's PCG64 generator, so equal seed
 bit-identical batches in any process.  :attr:`DeepMarkIterator.checksum` is a SHA-256 over
 exactly what a pass yielded: the pool's bytes (hashed once), and per batch its pool offset,
 shape and label bytes -- which determine the feature bytes completely.
+
+Data-parallel runs (:func:`shard_bounds`, :meth:`Batch.shard`): every worker builds the same
+seeded iterator with the *global* batch size and takes its contiguous slice of each batch, so the
+global batches are exactly the single-device ones.  Workers iterate the whole iterator (and
+shard inside their training step), so every worker's :attr:`DeepMarkIterator.checksum` is the
+checksum of the global pass -- the one a single worker with the global batch size computes, and
+the one the runner checks; it says nothing about which slice a worker took (that is determined
+by rank and world size alone).
 """
 import hashlib
 import struct
@@ -30,17 +38,83 @@ from .spec import (DEEPMARK_SCALE, FRAMES_PER_SECOND, LABEL_LENGTHS, LENGTH_SHAR
                    UTTERANCE_SECONDS, _check_positive_int)
 
 #: One minibatch: features (N, T, n_freq) float32, labels (N, L) int32 in 1..n_classes-1,
-#: frames T, seconds of audio per utterance, and the batch's index in the (unshuffled) schedule.
-class Batch(namedtuple("Batch", ["features", "labels", "frames", "seconds", "index"])):
+#: frames T, seconds of audio per utterance, the batch's index in the (unshuffled) schedule, and
+#: -- for one worker's shard of a data-parallel step only -- the size of the global batch it is cut from.
+class Batch(namedtuple("Batch", ["features", "labels", "frames", "seconds", "index", "global_batch_size"])):
     __slots__ = ()
 
     @property
     def batch_size(self) -> int:
+        """Utterances in this batch (in a shard: this worker's share)."""
         return self.features.shape[0]
+
+    @property
+    def global_size(self) -> int:
+        """Utterances of the global batch: what the loss is divided by (see :func:`shard_bounds`)."""
+        return self.batch_size if self.global_batch_size is None else self.global_batch_size
 
     @property
     def audio_seconds(self) -> int:
         return self.features.shape[0] * self.seconds
+
+    @property
+    def empty(self) -> bool:
+        """True for a worker's shard of a global batch smaller than the number of workers."""
+        return self.features.shape[0] == 0
+
+    def shard(self, rank: int, world: int) -> "Batch":
+        """Worker ``rank``'s contiguous slice of this (global) batch among ``world`` workers.
+
+        Features and labels are views (no copy) of rows ``shard_bounds(N, rank, world)``; frames,
+        seconds and index are the global batch's, and ``global_batch_size`` is N.  The slices of
+        ranks 0..world-1, concatenated in rank order, are the global batch; a rank past the end of a
+        small batch gets an empty slice (0 rows, same T and label length).
+        """
+        start, stop = shard_bounds(self.batch_size, rank, world)
+        return Batch(self.features[start:stop], self.labels[start:stop], self.frames, self.seconds, self.index,
+                     self.global_size)
+
+
+Batch.__new__.__defaults__ = (None,)   # global_batch_size: None for a whole batch (Python 3.6 has no defaults=)
+
+
+def shard_bounds(n: int, rank: int, world: int) -> Tuple[int, int]:
+    """``[start, stop)`` of worker ``rank``'s contiguous share of ``n`` utterances among ``world`` workers.
+
+    The sizes are ``numpy.array_split``'s: the first ``n % world`` ranks get ``n // world + 1``, the
+    others ``n // world`` -- they differ by at most one, and ranks ``>= n`` get an empty share when
+    ``world > n``.
+
+    **The rule that keeps W workers exactly equal to one worker with the whole batch**, whatever the
+    split: every worker's loss is the *sum* of its utterances' CTC losses divided by the *global* batch
+    size ``N`` (``Batch.global_size``), and the workers' gradients are *summed* (all-reduce SUM; an
+    engine that averages over W workers, such as PyTorch DDP, gets the local loss multiplied by W).
+    The sum of the W gradients is then ``sum_w d/dp (sum_{i in w} l_i) / N = d/dp (sum_i l_i) / N``:
+    the single-worker gradient of the spec's loss (the mean per utterance), term for term; the global
+    loss is the all-reduced sum of the local ones.  Averaging per-worker *means* instead is exact only
+    when N is divisible by W: shares of 3 and 2 utterances would weight them 1/6 and 1/4, not 1/5.
+    BatchNorm statistics are all-reduced as sums and counts (sum, sum of squares or deviations, count),
+    so they are the global batch's statistics for any split.  The only difference from one worker is
+    the order of floating-point additions (about 1e-7 relative in fp32).
+
+    **An empty share** (``world > n``) adds 0 to the loss, 0 to the gradients and (0, 0, 0) to the
+    BatchNorm sums; its worker must still enter every collective of the step (gradient all-reduce,
+    BatchNorm statistics, loss), or the others wait forever.  A framework that cannot run a forward
+    pass on 0 utterances contributes zeros without running the model.
+    """
+    _check_positive_int("world", world)
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise ValueError("n must be a non-negative integer, got %r" % (n,))
+    if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 0 <= rank < world:
+        raise ValueError("rank must be an integer in 0..%d, got %r" % (world - 1, rank))
+    q, r = divmod(int(n), world)
+    start = int(rank) * q + min(int(rank), r)
+    return start, start + q + (1 if rank < r else 0)
+
+
+def shard_sizes(n: int, world: int) -> List[int]:
+    """The share of each rank (``numpy.array_split``'s sizes), in rank order; sums to ``n``."""
+    return [b - a for a, b in (shard_bounds(n, rank, world) for rank in range(world))]
 
 
 # Batch plan entry: length index into the tables, number of utterances.
@@ -213,6 +287,16 @@ class DeepMarkIterator:
         for i in self._order:
             self._update_digest(digest, self.batch(int(i)))
         return digest.hexdigest()
+
+    def shard_stats(self, world: int) -> dict:
+        """How a pass splits among ``world`` workers: batches whose size ``world`` does not divide
+        (their shares differ by one) and batches smaller than ``world`` (some worker's share is empty)."""
+        _check_positive_int("world", world)
+        sizes = [p.size for p in self._plan]
+        return {"world_size": world, "batches": len(sizes),
+                "uneven_batches": sum(1 for n in sizes if n % world),
+                "batches_with_empty_shards": sum(1 for n in sizes if n < world),
+                "max_shard": max(shard_sizes(max(sizes), world)) if sizes else 0}
 
     def describe(self) -> dict:
         """Facts about the data, for the result record."""

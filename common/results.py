@@ -267,7 +267,9 @@ def _derived(row) -> Dict[str, Optional[str]]:
         peak = _get(row, "memory.host_peak_rss_bytes")
     status = _get(row, "status") or "?"
     return {
-        "api_variant": api + (" / " + variant if variant else ""),
+        "api_variant": api + (" / " + variant if variant else "") + (
+            " / %d workers" % _get(row, "distributed.world_size") if (_get(row, "distributed.world_size") or 1) > 1
+            else ""),
         "loss_check": None if rel is None else ("%s %.1e" % ("pass" if ok else "FAIL", rel)),
         "forward_ms_span": None if fwd1 is None else "%.1f / %s" % (fwd1, "-" if fwd15 is None else "%.1f" % fwd15),
         "peak_mem_gib": None if peak is None else peak / 2.0 ** 30,

@@ -86,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=non_negative_int, default=0, help="seed of data and initial weights (default 0)")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                    help="auto: cuda when nvidia-smi sees a GPU (default)")
+    p.add_argument("--workers", type=positive_int, default=1,
+                   help="data-parallel processes per target (default 1); --batch-size is then per worker and "
+                        "--timeout bounds the whole run (runner/distributed.py, issue #15)")
     p.add_argument("--timeout", type=positive_int, default=None, help="seconds a notebook cell may run (default: no limit)")
     p.add_argument("--results-dir", default=os.path.join(ROOT, "results"),
                    help="where records and executed notebooks go (default: results/)")
@@ -264,7 +267,11 @@ def _main(argv=None) -> int:
                                   pythons=pythons, command=command, gpu=gpus[0] if gpus else None,
                                   progress=not args.no_progress, found=discovered)
         try:
-            statuses.append(execute.run_target(target, opts)["status"])
+            if args.workers > 1:
+                from . import distributed
+                statuses.append(distributed.run_target(target, opts, args.workers)["status"])
+            else:
+                statuses.append(execute.run_target(target, opts)["status"])
         except interrupt.Interrupted as e:
             stopped = (e, "%s %s" % (target.name, precision))
             break

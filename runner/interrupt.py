@@ -22,8 +22,9 @@ _state = {"signum": None, "deferring": 0}
 _kernels = {}   # key -> process group of a running Jupyter kernel
 
 
-class Interrupted(BaseException):
-    """The run got SIGINT or SIGTERM."""
+class Interrupted(KeyboardInterrupt):
+    """The run got SIGINT or SIGTERM.  A KeyboardInterrupt, so that code written for Ctrl-C (asyncio's
+    loops, a launcher's teardown) treats SIGTERM the same way."""
 
     def __init__(self, signum: int):
         super().__init__(signum)

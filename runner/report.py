@@ -13,6 +13,7 @@ import numpy as np
 from common import envinfo, results
 from common.results import atomic_write_text
 
+from . import distributed
 from .bootstrap import ROOT
 
 K_STEPS = 10          # losses compared across frameworks: the first K training steps
@@ -313,6 +314,7 @@ def render(results_dir: str, command: str, commit: Optional[str], output: str) -
         md_table(agreement_rows(records), {"First loss": "{:.6f}", "NumPy reference": "{:.6f}", "Rel. diff": "{:.1e}",
                                            "Max rel. diff of first %d step losses vs PyTorch" % K_STEPS: "{:.1e}"}),
         image("trajectories", "loss trajectories of all frameworks"),
+    ] + distributed.report_section(records, md_table) + [
         "## Environments",
         "",
         md_table(environment_rows(records)),

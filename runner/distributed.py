@@ -1,0 +1,792 @@
+"""Data-parallel runs: ``run_all.py --workers W`` (W > 1) -- one notebook, W processes, one record.
+
+**One source.**  The notebook stays the only copy of each framework's model, loss and weight
+loading.  The runner gives it its parameters with papermill's own API
+(:func:`papermill.parameterize.parameterize_notebook`, the same injected cell a papermill run gets,
+plus ``workers=W`` and the *global* batch size), exports the code cells with nbconvert's
+``PythonExporter`` to ``results/.staging/<stem>.py``, and launches that script W times with the
+framework's standard launcher (:data:`LAUNCHERS`).  The notebook's data-parallel code reads its rank
+from the launcher's standard variables (:func:`common.parallel.world_from_env`), builds the shared
+iterator with the global batch size and trains on its slice of every batch (``batch.shard(rank, W)``,
+:func:`common.data.shard_bounds`); rank 0 alone writes the record to the staging path, with a
+``distributed`` section (:func:`common.parallel.distributed_section`).
+
+**What a data-parallel run leaves**: the record ``records/<stem>_w<W>.json``, whose ``run`` section
+names the script (the "executed notebook" of a data-parallel run: the exported code, exactly what
+ran) and the logs ``logs/<stem>_w<W>.rank<N>.log`` (every rank's stdout and stderr, the framework's
+C++ output included) and ``logs/<stem>_w<W>.launcher.log`` (the launcher's own output).
+
+**Failures.**  Every worker runs under ``runner/dp_worker.py``, which writes a status file (running /
+ok / failed with a one-line reason).  The runner starts each launcher process in a new session
+(its own process group) and polls: when any process exits non-zero, or the run passes its timeout,
+or the runner itself is interrupted (Ctrl-C), it sends SIGTERM to every process group of the run and
+to every process that carries the run's marker variable ``DS2_DP_RUN`` (torchrun starts its workers
+in sessions of their own, so a process-group kill alone would miss them), waits a grace period, then
+SIGKILLs what is left.  Each worker also gets ``PR_SET_PDEATHSIG`` = SIGTERM, so a runner killed
+outright (SIGKILL) still takes its direct children with it.  The failed row's reason names the rank
+and the last error line of its log.
+
+**Batch size.**  ``--batch-size b`` (default: the preset's) is the batch of *one worker*, DeepMark's
+"per GPU" convention: the run trains on global batches of ``W*b`` and its record's ``batch_size`` is
+the global ``W*b`` -- so it sits in the same results.md group as the single-worker run with
+``--batch-size W*b``, the run it must equal (:func:`common.parallel.equivalence`, recorded as
+``checks.equivalence`` when that record exists).
+
+**Timeout.**  With ``--workers`` there are no cells: ``--timeout S`` bounds the whole run.
+"""
+import ast
+import ctypes
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections import OrderedDict
+from typing import Callable, Dict, List, Optional
+
+from common import envinfo, parallel, results
+from common.data import shard_sizes
+
+from . import envs
+from .bootstrap import ROOT, EnvError, env_python, last_error_line
+from .targets import ENVS, Target
+
+WORKER = os.path.join(ROOT, "runner", "dp_worker.py")
+#: the variable that marks every process of one data-parallel run (its value: the run's id)
+MARKER = "DS2_DP_RUN"
+#: seconds between SIGTERM and SIGKILL when a run is torn down
+GRACE_S = 5.0
+#: seconds a process may linger after every rank reported "ok" (a non-daemon thread, a shutdown barrier)
+LINGER_S = 30.0
+POLL_S = 0.1
+
+
+# ---- the launcher table -------------------------------------------------------------------------------
+class Launcher:
+    """How W processes of one framework are started on one host.
+
+    ``kind``: "torchrun" (one torchrun process starts W workers), "mpiexec" (one mpiexec), "processes"
+    (the runner starts W plain processes, with ``rank_env(rank, W, ports)`` their rank variables), or
+    "single" (one process that drives W devices itself).  ``ran_here``: what has been run on this
+    project's CPU machine through this launcher, in words.  ``multinode``: the multi-host form
+    (documented, not run here).
+    """
+
+    def __init__(self, name: str, kind: str, backend: str, command: str, ran_here: str, multinode: str,
+                 rank_env: Optional[Callable[[int, int, List[int]], Dict[str, str]]] = None, ports: int = 0,
+                 extra_env: Optional[Callable[[str], Dict[str, str]]] = None, notes: str = ""):
+        self.name = name
+        self.kind = kind
+        self.backend = backend
+        self.command = command              # the command line, in words (README, --list)
+        self.ran_here = ran_here
+        self.multinode = multinode
+        self.rank_env = rank_env            # (rank, world, ports) -> environment of that rank
+        self.ports = ports                  # free loopback ports the launch needs
+        self.extra_env = extra_env          # venv -> extra environment of every process
+        self.notes = notes
+
+
+def _torch_env(rank: int, world: int, ports: List[int]) -> Dict[str, str]:
+    """torchrun's variables, set by hand: what ``init_process_group("gloo")`` (env://) reads."""
+    return {"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(world),
+            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(ports[0])}
+
+
+def _tf_env(rank: int, world: int, ports: List[int]) -> Dict[str, str]:
+    config = {"cluster": {"worker": ["127.0.0.1:%d" % p for p in ports]}, "task": {"type": "worker", "index": rank}}
+    return {"TF_CONFIG": json.dumps(config)}
+
+
+def _jax_env(rank: int, world: int, ports: List[int]) -> Dict[str, str]:
+    address = "127.0.0.1:%d" % ports[0]
+    return {"DS2_COORDINATOR": address, "JAX_COORDINATOR_ADDRESS": address, "DS2_NUM_PROCESSES": str(world),
+            "DS2_PROCESS_ID": str(rank), "DS2_LOCAL_RANK": str(rank)}
+
+
+def _cntk_env(venv: str) -> Dict[str, str]:
+    return {"LD_LIBRARY_PATH": os.path.join(venv, "mpi-compat")}
+
+
+LAUNCHERS = OrderedDict((l.name, l) for l in [
+    Launcher("torchrun", "torchrun", "gloo (CPU) / nccl (CUDA), chosen by the notebook",
+             "<venv>/bin/torchrun --standalone --nnodes 1 --nproc_per_node W --max-restarts 0 "
+             "runner/dp_worker.py ... script.py",
+             ran_here="yes: tests/fixtures/dp_fixture.ipynb with collective='gloo' (torch.distributed all_reduce, "
+                      "W=2, pytorch-cpu): ok, a failing rank, Ctrl-C; tests/fixtures/ddp_uneven.py (DDP, all-reduced "
+                      "BatchNorm, uneven and empty shards = one process to 1e-15); the DS2 PyTorch notebook has no "
+                      "data-parallel code yet",
+             multinode="on every host: torchrun --nnodes N --node_rank R --nproc_per_node G "
+                       "--rdzv_backend c10d --rdzv_endpoint HOST0:29400 --rdzv_id JOB script.py (not run here)"),
+    Launcher("tf_config", "processes", "MultiWorkerMirroredStrategy, RING (CPU) / NCCL (CUDA) collectives",
+             "W x <venv>/bin/python runner/dp_worker.py ... script.py, each with TF_CONFIG = "
+             "{cluster: {worker: [127.0.0.1:P0, ...]}, task: {type: worker, index: r}}",
+             ran_here="yes: tests/fixtures/dp_fixture.ipynb with collective='tf' (MWMS strategy.reduce SUM, W=2, "
+                      "tensorflow-cpu); the DS2 TensorFlow and Keras notebooks have no data-parallel code yet",
+             multinode="one process per host (or per GPU) with TF_CONFIG listing every worker's HOST:PORT "
+                       "and its own index (not run here)",
+             rank_env=_tf_env, ports=-1),         # -1: one port per worker
+    Launcher("jax", "processes", "jax.distributed (gloo collectives on CPU, NCCL on CUDA)",
+             "W x <venv>/bin/python runner/dp_worker.py ... script.py, each with DS2_COORDINATOR="
+             "JAX_COORDINATOR_ADDRESS=127.0.0.1:P, DS2_NUM_PROCESSES=W, DS2_PROCESS_ID=r; the notebook calls "
+             "jax.distributed.initialize(DS2_COORDINATOR, num_processes, process_id)",
+             ran_here="yes: tests/fixtures/dp_fixture.ipynb with collective='jax' (jax.distributed.initialize, "
+                      "process_allgather over gloo, W=2, jax-cpu); the DS2 JAX and Keras notebooks have no "
+                      "data-parallel code yet",
+             multinode="one process per host, DS2_COORDINATOR=HOST0:PORT on every host, DS2_PROCESS_ID = the "
+                       "host's index (not run here)",
+             rank_env=_jax_env, ports=1),
+    Launcher("mpiexec", "mpiexec", "OpenMPI (CNTK data_parallel_distributed_learner)",
+             "mpiexec --allow-run-as-root --oversubscribe -n W -x LD_LIBRARY_PATH=<venv>/mpi-compat "
+             "-x DS2_DP_RUN <venv>/bin/python runner/dp_worker.py ... script.py",
+             ran_here="yes: a standard-library script (ok, a failing rank) and tests/fixtures/dp_fixture.ipynb with "
+                      "collective='cntk' (CNTK 2.7 mpicommunicator aggregate_in_place on Python 3.6, OpenMPI 4, W=2); "
+                      "the DS2 CNTK notebook has no data-parallel code yet (issue #16)",
+             multinode="mpiexec --hostfile HOSTS -n N ... (a hostfile line per host: 'host slots=G'; "
+                       "password-less ssh between hosts) (not run here)",
+             extra_env=_cntk_env),
+    Launcher("single", "single", "one process driving W devices (MXNet kvstore 'device' over mx.cpu(0..W-1) "
+                                 "or mx.gpu(0..W-1))",
+             "<venv>/bin/python runner/dp_worker.py ... script.py (workers=W)",
+             ran_here="no: issue #16 (kvstore 'device' ran by hand, FRAMEWORK_NOTES i); multi-process "
+                      "dist_sync needs a scheduler and servers started by hand",
+             multinode="MXNet dist_sync: DMLC_ROLE=scheduler, server or worker, DMLC_PS_ROOT_URI/PORT, "
+                       "DMLC_NUM_SERVER, DMLC_NUM_WORKER on every process (not run here)"),
+    Launcher("python", "processes", "whatever the script initialises (torchrun's env:// variables are set)",
+             "W x python runner/dp_worker.py ... script.py, each with RANK, WORLD_SIZE, LOCAL_RANK, "
+             "MASTER_ADDR=127.0.0.1, MASTER_PORT=P",
+             ran_here="yes: the tests' standard-library fixture notebook (tests/fixtures/dp_fixture.ipynb)",
+             multinode="not applicable (tests only)", rank_env=_torch_env, ports=1),
+])
+
+#: target (row of record) -> its launcher; variants use their row of record's.  A target that is not
+#: here has no data-parallel route at all (a skipped row); one that is here still needs the notebook's
+#: ``workers`` parameter.
+TARGET_LAUNCHERS = OrderedDict([
+    ("pytorch", "torchrun"),            # DDP; BatchNorm synchronised by an all-reduce subclass on CPU
+    ("tensorflow", "tf_config"),        # MultiWorkerMirroredStrategy, BatchNormalization(synchronized=True)
+    ("jax", "jax"),                     # jax.distributed + NamedSharding: global statistics under jit
+    ("keras-jax", "jax"),               # keras.distribution.DataParallel on the JAX backend
+    ("keras-tensorflow", "tf_config"),  # a custom loop under MWMS (Keras fit fails there: keras#20585)
+    ("keras-torch", "torchrun"),        # Keras DataParallel fails on torch (FRAMEWORK_NOTES i): DDP by hand
+    ("cntk", "mpiexec"),                # issue #16
+    ("mxnet", "single"),                # issue #16
+])
+
+
+def launcher_for(target: Target) -> Optional[Launcher]:
+    name = TARGET_LAUNCHERS.get(target.variant_of or target.name)
+    return LAUNCHERS[name] if name else None
+
+
+# ---- the notebook: its parameters, and the script exported from it -------------------------------
+def notebook_parameter_names(path: str) -> List[str]:
+    """Names assigned in the notebook's cell tagged ``parameters`` (empty when it has none)."""
+    import nbformat
+    nb = nbformat.read(path, as_version=4)
+    names = []
+    for cell in nb.cells:
+        if cell.cell_type == "code" and "parameters" in cell.metadata.get("tags", []):
+            try:
+                tree = ast.parse(cell.source)
+            except SyntaxError:
+                continue
+            for node in tree.body:
+                targets = node.targets if isinstance(node, ast.Assign) else \
+                    [node.target] if isinstance(node, ast.AnnAssign) else []
+                names += [t.id for t in targets if isinstance(t, ast.Name)]
+    return names
+
+
+def export_script(notebook: str, parameters: dict, script: str, header: str = "") -> str:
+    """``notebook`` with ``parameters`` injected by papermill, its code cells as one Python script."""
+    import nbformat
+    from nbconvert import PythonExporter
+    from papermill.parameterize import parameterize_notebook
+    nb = nbformat.read(notebook, as_version=4)
+    for cell in nb.cells:                          # what papermill's execute_notebook prepares first
+        cell.metadata.setdefault("tags", [])
+    nb.metadata.setdefault("papermill", {})
+    nb = parameterize_notebook(nb, parameters, report_mode=False, language="python")
+    body, _ = PythonExporter().from_notebook_node(nb)
+    text = "".join("# %s\n" % line for line in header.splitlines()) + body
+    results.atomic_write_text(script, text)
+    return script
+
+
+# ---- processes ------------------------------------------------------------------------------------
+def free_ports(n: int) -> List[int]:
+    """``n`` distinct free TCP ports on the loopback interface (bound, read, released together)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _libc():
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+
+
+_LIBC = _libc()
+PR_SET_PDEATHSIG = 1
+
+
+def _child_setup():
+    """In the child, before exec: die with SIGTERM when the runner dies (Linux)."""
+    if _LIBC is not None:
+        _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def marked_processes(marker_value: str, name: str = MARKER) -> List[int]:
+    """Live processes (not zombies) whose initial environment holds ``name=marker_value``: a /proc scan."""
+    needle = ("%s=%s" % (name, marker_value)).encode()
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        pid = int(entry)
+        try:
+            with open("/proc/%d/environ" % pid, "rb") as f:
+                if needle not in f.read().split(b"\0"):
+                    continue
+            with open("/proc/%d/stat" % pid) as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state not in ("Z", "X"):
+            pids.append(pid)
+    return pids
+
+
+def _signal_all(procs: List[subprocess.Popen], marker_value: str, sig: int) -> None:
+    for p in procs:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, sig)          # its session = its process group
+            except OSError:
+                pass
+    for pid in marked_processes(marker_value):
+        try:
+            os.kill(pid, sig)
+        except OSError:
+            pass
+
+
+def terminate(procs: List[subprocess.Popen], marker_value: str, grace: float = GRACE_S) -> None:
+    """SIGTERM every process of the run, SIGKILL what is left after ``grace`` seconds, reap the children.
+    A second Ctrl-C while this runs does not cut it short (it is ignored until the teardown is done)."""
+    import threading
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main_thread else None
+    try:
+        _terminate(procs, marker_value, grace)
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _terminate(procs: List[subprocess.Popen], marker_value: str, grace: float) -> None:
+    _signal_all(procs, marker_value, signal.SIGTERM)
+    deadline = time.time() + grace
+    while time.time() < deadline:
+        if all(p.poll() is not None for p in procs) and not marked_processes(marker_value):
+            break
+        time.sleep(POLL_S)
+    _signal_all(procs, marker_value, signal.SIGKILL)
+    for p in procs:
+        try:
+            p.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
+    deadline = time.time() + grace
+    while marked_processes(marker_value) and time.time() < deadline:   # orphans: killed, reaped by init
+        time.sleep(POLL_S)
+
+
+class LaunchResult:
+    def __init__(self, ok: bool, reason: Optional[str], returncodes: List[Optional[int]], statuses: Dict[int, dict],
+                 wall_s: float, commands: List[str]):
+        self.ok = ok
+        self.reason = reason
+        self.returncodes = returncodes
+        self.statuses = statuses
+        self.wall_s = wall_s
+        self.commands = commands
+
+
+def _read_statuses(status_prefix: str, world: int) -> Dict[int, dict]:
+    out = {}
+    for rank in range(world):
+        try:
+            with open("%s.rank%d.status.json" % (status_prefix, rank)) as f:
+                out[rank] = json.load(f)
+        except (OSError, ValueError):
+            pass
+    return out
+
+
+def _log_line(log_prefix: str, rank: int) -> str:
+    path = "%s.rank%d.log" % (log_prefix, rank)
+    try:
+        with open(path, errors="replace") as f:
+            text = f.read()[-20000:]
+    except OSError:
+        return "no log"
+    lines = [l for l in text.splitlines() if l.strip() and not l.startswith("[dp_worker]")]
+    return results.one_line(last_error_line("\n".join(lines)), 200) if lines else "empty log"
+
+
+def _describe_code(code: Optional[int]) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return "killed by %s" % signal.Signals(-code).name
+        except ValueError:
+            return "killed by signal %d" % -code
+    return "exit status %d" % code
+
+
+def failure_reason(world: int, statuses: Dict[int, dict], log_prefix: str, launcher_log: str,
+                   returncodes: List[Optional[int]], per_rank: bool, timed_out: Optional[float],
+                   first_exit: Optional[tuple] = None) -> str:
+    """One line: which rank failed first, and why (its status, else the last error line of its log).
+
+    ``first_exit``: (process index, exit code) of the first process seen to exit non-zero, before the
+    teardown killed the others (their codes then say SIGTERM, which is not the cause)."""
+    failed = sorted((s for s in statuses.values() if s.get("status") == "failed"),
+                    key=lambda s: s.get("finished") or 0)
+    if timed_out is not None and not failed:
+        running = [r for r in range(world) if statuses.get(r, {}).get("status") != "ok"]
+        first = running[0] if running else 0
+        return ("timed out after %g s (ranks still running: %s); rank %d's last log line: %s"
+                % (timed_out, ", ".join(map(str, running)) or "none", first, _log_line(log_prefix, first)))
+    if failed:
+        s = failed[0]
+        return "rank %d failed: %s" % (s["rank"], s.get("error") or _log_line(log_prefix, s["rank"]))
+    if per_rank and first_exit is not None:   # died without a "failed" status: a signal, os._exit, no dp_worker
+        rank, code = first_exit
+        return "rank %d died (%s): %s" % (rank, _describe_code(code), _log_line(log_prefix, rank))
+    # one launcher process (torchrun, mpiexec): the ranks that never finished, else the launcher's own words
+    for rank in range(world):
+        if statuses.get(rank, {}).get("status") != "ok":
+            state = "never started" if rank not in statuses else "died without finishing"
+            return "rank %d %s (launcher %s): %s" % (rank, state, _describe_code(returncodes[0]),
+                                                    _log_line(log_prefix, rank))
+    try:
+        with open(launcher_log, errors="replace") as f:
+            line = last_error_line(f.read()[-20000:])
+    except OSError:
+        line = "no launcher log"
+    return "the launcher failed (%s): %s" % (_describe_code(returncodes[0]), results.one_line(line, 200))
+
+
+def launch(launcher: Launcher, python: str, script: str, world: int, log_prefix: str, status_prefix: str,
+           cwd: str, timeout: Optional[float] = None, env: Optional[dict] = None, venv: Optional[str] = None,
+           run_id: Optional[str] = None, announce=print, grace: float = GRACE_S,
+           linger: float = LINGER_S) -> LaunchResult:
+    """Run ``script`` as ``world`` workers with ``launcher``; wait; tear everything down on any failure,
+    a timeout or an interruption (which is re-raised after the teardown).  Never leaves a process behind.
+
+    A run whose every rank reported "ok" but whose processes have not exited ``linger`` seconds later
+    (a non-daemon thread, a framework's shutdown barrier) is stopped and counts as ok, with a note."""
+    run_id = run_id or uuid.uuid4().hex
+    base_env = dict(os.environ if env is None else env)
+    base_env[MARKER] = run_id
+    base_env["DS2_LAUNCHER"] = launcher.name
+    base_env["PYTHONUNBUFFERED"] = "1"
+    if launcher.extra_env and venv:
+        base_env.update(launcher.extra_env(venv))
+    ranks = 1 if launcher.kind == "single" else world     # processes with a rank (and a log and a status)
+    for stale in range(ranks):
+        for path in ("%s.rank%d.status.json" % (status_prefix, stale), "%s.rank%d.log" % (log_prefix, stale)):
+            if os.path.exists(path):
+                os.remove(path)
+    worker = [WORKER, "--log-prefix", log_prefix, "--status-prefix", status_prefix, script]
+    launcher_log = log_prefix + ".launcher.log"
+
+    specs = []   # (argv, env, stdout path)
+    if launcher.kind == "torchrun":
+        torchrun = os.path.join(os.path.dirname(python), "torchrun")
+        argv = [torchrun, "--standalone", "--nnodes", "1", "--nproc_per_node", str(world), "--max-restarts", "0"] \
+            + worker
+        specs.append((argv, base_env, launcher_log))
+    elif launcher.kind == "mpiexec":
+        argv = ["mpiexec", "--allow-run-as-root", "--oversubscribe", "-n", str(world)]
+        for name in sorted(set(["LD_LIBRARY_PATH", MARKER, "DS2_LAUNCHER", "PYTHONUNBUFFERED"]) & set(base_env)):
+            argv += ["-x", name]
+        specs.append((argv + [python] + worker, base_env, launcher_log))
+    elif launcher.kind == "single":
+        specs.append(([python] + worker, base_env, launcher_log))
+    elif launcher.kind == "processes":
+        ports = free_ports(world if launcher.ports < 0 else launcher.ports)
+        for rank in range(world):
+            rank_env = dict(base_env, **launcher.rank_env(rank, world, ports))
+            specs.append(([python] + worker, rank_env, "%s.rank%d.log" % (log_prefix, rank)))
+    else:
+        raise ValueError("unknown launcher kind %r" % launcher.kind)
+    commands = [" ".join(shlex.quote(a) for a in argv) for argv, _, _ in specs]
+
+    procs = []   # type: List[subprocess.Popen]
+    t0 = time.time()
+    timed_out = None
+    first_exit = None
+    all_ok_since = None
+    lingered = False
+    next_status_read = 0.0
+    try:
+        for argv, proc_env, out_path in specs:
+            with open(out_path, "a") as out:
+                procs.append(subprocess.Popen(argv, cwd=cwd, env=proc_env, stdin=subprocess.DEVNULL, stdout=out,
+                                              stderr=subprocess.STDOUT, start_new_session=True,
+                                              preexec_fn=_child_setup))
+        while True:
+            codes = [p.poll() for p in procs]
+            bad = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
+            if bad:
+                first_exit = bad[0]
+                break                                   # a worker (or the launcher) failed: stop them all
+            if all(c == 0 for c in codes):
+                break
+            if timeout is not None and time.time() - t0 > timeout:
+                timed_out = timeout
+                break
+            now = time.time()
+            if now >= next_status_read:           # every rank done, yet a process lingers?
+                next_status_read = now + 1.0
+                done = _read_statuses(status_prefix, ranks)
+                if all(done.get(r, {}).get("status") == "ok" for r in range(ranks)):
+                    all_ok_since = all_ok_since or now
+                    if now - all_ok_since > linger:
+                        lingered = True
+                        break
+            time.sleep(POLL_S)
+    finally:   # success, failure, timeout, KeyboardInterrupt alike: nothing of the run survives this
+        terminate(procs, run_id, grace)
+    codes = [p.returncode for p in procs]
+    statuses = _read_statuses(status_prefix, ranks)
+    ok = timed_out is None and (all(c == 0 for c in codes) or lingered) and \
+        all(statuses.get(r, {}).get("status") == "ok" for r in range(ranks))
+    if ok and lingered:
+        announce("  note: every rank finished, but processes lingered %g s after it; stopped them" % linger)
+    reason = None if ok else failure_reason(ranks, statuses, log_prefix, launcher_log, codes,
+                                            launcher.kind == "processes", timed_out, first_exit)
+    return LaunchResult(ok, reason, codes, statuses, time.time() - t0, commands)
+
+
+# ---- one target, W workers: the record -----------------------------------------------------------------
+def _global_opts(opts, workers: int):
+    """``opts`` with the preset's batch size multiplied by ``workers`` (the per-worker batch stays b)."""
+    import copy
+    g = copy.copy(opts)
+    g.preset = opts.preset.with_overrides(batch_size=opts.preset.batch_size * workers)
+    return g
+
+
+def record_stem(target: Target, opts, workers: int) -> str:
+    """The single-worker stem of the *global* batch, plus ``_w<W>``."""
+    from .execute import record_stem as single_stem
+    return single_stem(target, _global_opts(opts, workers)) + "_w%d" % workers
+
+
+def no_dp_reason(target: Target, launcher: Optional[Launcher] = None) -> Optional[str]:
+    """Why ``target`` cannot run data-parallel (from its notebook and the launcher table), or None."""
+    if (launcher or launcher_for(target)) is None:
+        return "no data-parallel launcher is defined for %s (runner/distributed.py)" % target.name
+    if not os.path.exists(target.notebook_path):
+        return None   # reported as a missing notebook
+    if "workers" not in notebook_parameter_names(target.notebook_path):
+        return ("the %s notebook has no data-parallel code yet (no 'workers' parameter; issue #15)"
+                % target.label.split(" (")[0])
+    return None
+
+
+def run_target(target: Target, opts, workers: int, announce=print, python: Optional[str] = None,
+               launcher: Optional[Launcher] = None, grace: float = GRACE_S) -> dict:
+    """Run ``target`` with ``workers`` processes and write its record (``<stem>_w<W>.json``); returns it.
+
+    ``python`` / ``launcher`` override the target's environment interpreter and launcher (the tests run
+    a standard-library fixture notebook in the runner's own interpreter with the "python" launcher).
+    """
+    from . import execute
+    if workers < 2:
+        raise ValueError("run_target runs 2 or more workers; one worker is execute.run_target")
+    started = results.utc_now()
+    gopts = _global_opts(opts, workers)
+    stem = record_stem(target, opts, workers)
+    dirs = {k: os.path.join(opts.results_dir, k) for k in ("records", ".staging", "logs")}
+    for d in dirs.values():
+        os.makedirs(d, exist_ok=True)
+    record_path = os.path.join(dirs["records"], stem + ".json")
+    staged = os.path.join(dirs[".staging"], stem + ".json")
+    script = os.path.join(dirs[".staging"], stem + ".py")
+    log_prefix = os.path.join(dirs["logs"], stem)
+    status_prefix = os.path.join(dirs[".staging"], stem)
+    launcher = launcher or launcher_for(target)
+    per_worker = opts.preset.batch_size
+    section = OrderedDict([("world_size", workers), ("launcher", launcher.name if launcher else None),
+                           ("per_worker_batch", per_worker), ("global_batch", per_worker * workers),
+                           ("shards", None)])
+
+    def rel(path):
+        return os.path.relpath(path, ROOT)
+
+    def run_section(extra=None):
+        info = execute._run_info(target, gopts, started, None)
+        info.update(script=rel(script) if os.path.exists(script) else None,
+                    logs=[rel("%s.rank%d.log" % (log_prefix, r))
+                          for r in range(1 if launcher is not None and launcher.kind == "single" else workers)],
+                    launcher_log=rel(log_prefix + ".launcher.log"))
+        info["executed_notebook"] = info["script"]
+        info.update(extra or {})
+        return info
+
+    def finish(status: str, reason: str, extra=None) -> dict:
+        rec = results.failed_record(target.name, status, reason, **execute._base_fields(target, gopts))
+        rec["environment"] = envinfo.collect()
+        rec["distributed"] = dict(section)
+        rec["run"] = run_section(extra)
+        results.write_record(record_path, rec)
+        announce("  %s: %s" % (status, rec["error"]))
+        return rec
+
+    # 1. can it run data-parallel here at all?
+    if launcher is None:
+        return finish("skipped", "no data-parallel launcher is defined for %s (runner/distributed.py)" % target.name)
+    if not os.path.exists(target.notebook_path):
+        return finish("failed", "notebook %s does not exist" % rel(target.notebook_path))
+    reason = no_dp_reason(target, launcher)
+    if reason:
+        return finish("skipped", reason)
+    if opts.device == "cpu" and opts.precision != "fp32":
+        return finish("skipped", "precision %s needs a CUDA GPU; CPU runs are fp32" % opts.precision)
+    if opts.device == "cuda" and target.gpu_unsupported:
+        why = target.gpu_unsupported(envinfo.compute_capability(opts.gpu or {}))
+        if why:
+            return finish("skipped", why)
+    if opts.device == "cuda" and opts.precision in target.unsupported_gpu_precisions:
+        return finish("skipped", "precision %s: %s" % (opts.precision, target.unsupported_gpu_precisions[opts.precision]))
+    if opts.device == "cuda":
+        visible = len(envinfo.gpus())
+        if visible < workers:     # one GPU per worker (torchrun LOCAL_RANK, MWMS, JAX, mpiexec) or per device (MXNet)
+            return finish("skipped", "%d workers need %d GPUs; %d visible" % (workers, workers, visible))
+    if launcher.kind == "mpiexec" and not _which("mpiexec"):
+        return finish("skipped", "mpiexec not found: install OpenMPI (Debian/Ubuntu: apt-get install openmpi-bin)")
+    # 2. its environment
+    venv = None
+    if python is not None and os.path.exists(os.path.join(os.path.dirname(os.path.dirname(python)), "pyvenv.cfg")):
+        venv = os.path.dirname(os.path.dirname(python))       # an interpreter given by hand: still its venv's env
+    if python is None:
+        env = ENVS[target.env]
+        try:
+            envs.ensure(env, opts.device, opts.pythons.get(env.name), announce=announce)
+        except EnvError as e:
+            missing = env.needs_python and env.name not in opts.pythons
+            return finish("skipped" if missing else "failed", "environment %s: %s" % (env.name, e))
+        venv = envs.env_path(env, opts.device, opts.pythons.get(env.name))
+        python = env_python(venv)
+    if launcher.kind == "torchrun" and not os.path.exists(os.path.join(os.path.dirname(python), "torchrun")):
+        return finish("failed", "torchrun not found next to %s" % python)
+    # 3. the script: the notebook, parameterised, as code
+    parameters = dict(execute.notebook_parameters(target, gopts, staged), workers=workers)
+    for path in (staged, script):
+        if os.path.exists(path):
+            os.remove(path)
+    header = ("Generated by run_all.py --workers %d from %s: the notebook's code cells with papermill's "
+              "injected parameters.\nLaunched with %s; do not edit (edit the notebook)."
+              % (workers, rel(target.notebook_path), launcher.name))
+    try:
+        export_script(target.notebook_path, parameters, script, header)
+    except Exception as e:  # nbformat/nbconvert/papermill errors: one line
+        return finish("failed", "cannot export the notebook to a script: %s: %s"
+                      % (type(e).__name__, results.one_line(str(e))))
+    # 4. the launch
+    announce("  %d workers via %s" % (workers, launcher.name))
+    try:
+        res = launch(launcher, python, script, workers, log_prefix, status_prefix,
+                     cwd=os.path.dirname(target.notebook_path), timeout=opts.timeout, venv=venv,
+                     announce=announce, grace=grace)
+    except KeyboardInterrupt as e:     # run_all.py's SIGINT/SIGTERM (runner.interrupt) say which
+        finish("failed", getattr(e, "reason", "interrupted by the user"))
+        raise
+    except OSError as e:
+        return finish("failed", "cannot start the %s launcher: %s" % (launcher.name, e))
+    extra = {"launch_commands": res.commands, "wall_s": res.wall_s,
+             "ranks": {str(r): {k: st.get(k) for k in ("status", "exit_code", "error", "pid")}
+                       for r, st in sorted(res.statuses.items())},
+             "returncodes": res.returncodes}
+    _clean_statuses(status_prefix, workers)
+    if not res.ok:
+        if os.path.exists(staged):
+            os.remove(staged)
+        return finish("failed", res.reason, extra)
+    # 5. rank 0's record, checked and completed
+    try:
+        rec = results.read_record(staged)
+    except (OSError, ValueError) as e:
+        return finish("failed", "rank 0 wrote no valid record: %s" % e, extra)
+    os.remove(staged)
+    expected = execute.expected_checksum(gopts.preset, opts.seed)
+    got = (rec.get("data") or {}).get("checksum")
+    rec.setdefault("checks", {})["checksum"] = {"checksum": got, "expected": expected, "ok": got == expected}
+    notebook_section = rec.get("distributed") or {}
+    section.update(notebook_section)
+    section.update(world_size=workers, launcher=launcher.name, per_worker_batch=per_worker,
+                   global_batch=per_worker * workers,
+                   backend=notebook_section.get("backend"), notebook_world_size=notebook_section.get("world_size"),
+                   shards={"sizes_of_a_full_batch": shard_sizes(per_worker * workers, workers)})
+    rec["distributed"] = section
+    rec["row_of_record"] = target.variant_of or target.name
+    rec["run"] = dict(rec.get("run", {}), **run_section(extra))
+    problems = []
+    if got != expected:
+        problems.append("data checksum %s differs from the runner's %s" % (got, expected))
+    if notebook_section.get("world_size") != workers:
+        problems.append("rank 0 reports world size %r, not the %d workers launched (its record has no "
+                        "distributed section from common.parallel.distributed_section?)"
+                        % (notebook_section.get("world_size"), workers))
+    if rec.get("batch_size") != per_worker * workers:
+        problems.append("rank 0's record has batch size %r, not the global %d" % (rec.get("batch_size"),
+                                                                                 per_worker * workers))
+    # 6. the equivalence with one worker and the global batch, when that record exists
+    single_path = os.path.join(dirs["records"], execute.record_stem(target, gopts) + ".json")
+    rec["checks"]["equivalence"] = equivalence_with(rec, single_path)
+    eq = rec["checks"]["equivalence"]
+    if eq.get("ok") is False:
+        problems.append("not equivalent to the single-worker run %s: %s" % (eq.get("reference"), eq.get("error")))
+    if problems and rec.get("status") == "ok":
+        rec["status"], rec["error"] = "failed", results.one_line(problems[0])
+    results.write_record(record_path, rec)
+    if rec["status"] == "ok":
+        t = rec.get("timing") or {}
+        announce("  ok: %d workers, %.1f s of audio per second; equivalence with 1 worker: %s"
+                 % (workers, t.get("audio_s_per_s", float("nan")),
+                    "rel. diff %.1e" % eq["rel_diff"] if eq.get("rel_diff") is not None else eq.get("note")))
+    else:
+        announce("  %s: %s" % (rec["status"], rec["error"]))
+    return rec
+
+
+def equivalence_with(rec: dict, single_path: str) -> dict:
+    """``checks.equivalence`` of a W-worker record against the single-worker record at ``single_path``."""
+    reference = os.path.relpath(single_path, ROOT)
+    if not os.path.exists(single_path):
+        return {"reference": reference, "ok": None,
+                "note": "no single-worker record with the global batch yet: run_all.py --frameworks %s "
+                        "--batch-size %s (same preset, scale, seed) records one" % (rec.get("target"),
+                                                                                   rec.get("batch_size"))}
+    try:
+        single = results.read_record(single_path)
+    except (OSError, ValueError) as e:
+        return {"reference": reference, "ok": None, "note": "unreadable: %s" % e}
+    if single.get("status") != "ok":
+        return {"reference": reference, "ok": None, "note": "the single-worker run is %s" % single.get("status")}
+    out = parallel.equivalence(rec, single)
+    out["reference"] = reference
+    return out
+
+
+def _clean_statuses(status_prefix: str, world: int) -> None:
+    for rank in range(world):
+        path = "%s.rank%d.status.json" % (status_prefix, rank)
+        if os.path.exists(path):
+            os.remove(path)
+
+
+def _which(name: str) -> Optional[str]:
+    import shutil
+    return shutil.which(name)
+
+
+def launcher_table_markdown() -> str:
+    """The launcher table (README's data-parallel section is written from it)."""
+    rows = ["| Launcher | Targets | Kind | Command (one host) | Run here | Multi-node (not run here) |",
+            "|---|---|---|---|---|---|"]
+    for l in LAUNCHERS.values():
+        targets = ", ".join(t for t, n in TARGET_LAUNCHERS.items() if n == l.name) or "tests"
+        rows.append("| %s | %s | %s | `%s` | %s | %s |" % (l.name, targets, l.kind, l.command, l.ran_here, l.multinode))
+    return "\n".join(rows) + "\n"
+
+
+# ---- results.md: W workers against one -------------------------------------------------------------------
+def single_worker_twin(rec: dict, records: List[dict]) -> Optional[dict]:
+    """The completed single-worker record ``rec`` (W workers) must equal: same target, preset, scale,
+    seed, precision, device and *global* batch size."""
+    keys = ("target", "preset", "scale", "seed", "precision", "batch_size")
+    for other in records:
+        if other.get("status") == "ok" and (other.get("distributed") or {}).get("world_size", 1) == 1 and \
+                all(other.get(k) == rec.get(k) for k in keys) and \
+                (other.get("device") or {}).get("name") == (rec.get("device") or {}).get("name"):
+            return other
+    return None
+
+
+def equivalence_rows(records: List[dict]) -> List[OrderedDict]:
+    """One row per data-parallel record: how it ran, and its equivalence with one worker (computed here
+    from the records, so a single-worker run made after the W-worker run counts too)."""
+    rows = []
+    for rec in records:
+        d = rec.get("distributed") or {}
+        if d.get("world_size", 1) < 2:
+            continue
+        twin = single_worker_twin(rec, records) if rec.get("status") == "ok" else None
+        eq = parallel.equivalence(rec, twin) if twin else {}
+        speed = (rec.get("timing") or {}).get("audio_s_per_s")
+        speed1 = ((twin or {}).get("timing") or {}).get("audio_s_per_s")
+        rows.append(OrderedDict([
+            ("Row", "%s %s" % (rec["target"], rec.get("precision") or "")), ("Status", rec["status"]),
+            ("Workers", d.get("world_size")), ("Launcher", d.get("launcher")), ("Backend", d.get("backend")),
+            ("Batch per worker / global", "%s / %s" % (d.get("per_worker_batch"), d.get("global_batch"))),
+            ("BatchNorm sync", d.get("sync_batchnorm")),
+            ("Audio s/s", speed), ("1 worker audio s/s", speed1),
+            ("Max rel. diff, first %d losses" % parallel.EQUIVALENCE_STEPS, eq.get("loss_rel_diff")),
+            ("Params rel. diff", eq.get("param_rel_diff")),
+            ("Equivalent", ("pass" if eq["ok"] else "FAIL: " + eq.get("error", "")) if eq else
+             ("no single-worker record with batch %s" % rec.get("batch_size") if rec["status"] == "ok"
+              else "%s: %s" % (rec["status"], rec.get("error")))),
+        ]))
+    return rows
+
+
+def report_section(records: List[dict], md_table) -> List[str]:
+    """results.md's data-parallel section (empty when no record ran with more than one worker)."""
+    rows = equivalence_rows(records)
+    if not rows:
+        return []
+    return ["## Data-parallel: W workers against one", "",
+            "Each run with `--workers W` (per-worker batch b) against the single-worker run with batch W*b on "
+            "the same benchmark and device: the largest relative difference of the first %d training losses "
+            "(warm-up first) and of the trained parameters' summary; equivalent within %.0e."
+            % (parallel.EQUIVALENCE_STEPS, parallel.EQUIVALENCE_RTOL), "",
+            md_table(rows, {"Audio s/s": "{:.1f}", "1 worker audio s/s": "{:.1f}",
+                            "Max rel. diff, first %d losses" % parallel.EQUIVALENCE_STEPS: "{:.1e}",
+                            "Params rel. diff": "{:.1e}"})]
+
+
+def main() -> int:
+    """``python -m runner.distributed``: the launcher table, and which targets can run data-parallel now."""
+    from .targets import ALL_TARGETS
+    print(launcher_table_markdown())
+    for target in ALL_TARGETS.values():
+        launcher = launcher_for(target)
+        print("%-22s %-10s %s" % (target.name, launcher.name if launcher else "-",
+                                  no_dp_reason(target) or "ready: the notebook has a 'workers' parameter"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

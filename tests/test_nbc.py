@@ -1,0 +1,127 @@
+"""The MXNet and CNTK notebooks' parameters, variants and precisions (issues #11 and #14).
+
+Without a framework: what the parameters cells declare, that papermill can parse them, that the
+notebooks' variants are the runner's, and that an unknown variant is refused in one line before any
+framework loads.  With the MXNet environment (DS2_TEST_FRAMEWORKS selects ``mxnet``): the variant
+``mxnet+static`` trains exactly like the row of record, and bf16 runs on a CPU."""
+import ast
+import json
+import os
+
+import numpy as np
+import pytest
+
+from common.spec import LOSS_RTOL
+from runner import targets
+from tests.conftest import ROOT, run_all
+
+NOTEBOOKS = {"mxnet": "MXNet_DS2.ipynb", "cntk": "CNTK_DS2.ipynb"}
+selected = os.environ.get("DS2_TEST_FRAMEWORKS", "all")
+SELECTED = list(targets.ALL_TARGETS) if selected == "all" else [t for t in selected.split(",") if t]
+
+
+def notebook(name):
+    with open(os.path.join(ROOT, "notebooks", NOTEBOOKS[name])) as f:
+        return json.load(f)
+
+
+def cell(nb, tag):
+    cells = [c for c in nb["cells"] if tag in c.get("metadata", {}).get("tags", [])]
+    assert len(cells) == 1, tag
+    return "".join(cells[0]["source"])
+
+
+def parameters(name):
+    tree = ast.parse(cell(notebook(name), "parameters"))
+    return {t.id: ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.Assign)
+            for t in node.targets}
+
+
+@pytest.mark.parametrize("name", sorted(NOTEBOOKS))
+def test_parameters_of_issues_11_and_14(name):
+    p = parameters(name)
+    assert p["variant"] == "" and p["profile"] is False and p["forward_repeats"] is None
+
+
+@pytest.mark.parametrize("name", sorted(NOTEBOOKS))
+def test_papermill_parses_every_parameter_line(name):
+    """papermill skips (and warns about) a line with more than one '=': a comment must not hold one."""
+    for line in cell(notebook(name), "parameters").splitlines():
+        assert line.count("=") <= 1, line
+
+
+def settings_namespace(name, variant):
+    """What the settings cell sees of the parameters cell, with ``variant`` replaced."""
+    namespace = {}
+    exec(cell(notebook(name), "parameters"), namespace)
+    namespace["variant"] = variant
+    return namespace
+
+
+def test_mxnet_variants_are_the_runners():
+    source = cell(notebook("mxnet"), "rosetta:settings")
+    tree = ast.parse(source)
+    declared = [ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.Assign)
+                and any(getattr(t, "id", None) == "VARIANTS" for t in node.targets)]
+    assert len(declared) == 1
+    runner = {t.parameters["variant"] for t in targets.variants_of("mxnet")}
+    assert set(declared[0]) == {""} | runner == {"", "static"}
+
+
+def test_cntk_has_no_variant_in_the_runner():
+    assert targets.variants_of("cntk") == []
+
+
+@pytest.mark.parametrize("name, listed", [("mxnet", "static"), ("cntk", "variant=''")])
+def test_an_unknown_variant_is_refused_in_one_line_before_the_framework_loads(name, listed):
+    source = cell(notebook(name), "rosetta:settings")
+    with pytest.raises(ValueError) as err:
+        exec(source, settings_namespace(name, "fastest"))   # the check comes before any framework call
+    message = str(err.value)
+    assert "\n" not in message and "'fastest'" in message and listed in message
+
+
+# ---- with the MXNet environment -------------------------------------------------------------------------
+needs_mxnet = pytest.mark.skipif("mxnet" not in SELECTED, reason="the mxnet target is not selected")
+
+
+@pytest.fixture(scope="module")
+def mxnet_runs(tmp_path_factory):
+    """The row of record, the variant and bf16, on the CPU with the smoke preset (one run_all.py each)."""
+    fp32 = run_all(["--preset", "smoke", "--frameworks", "mxnet,mxnet+static", "--device", "cpu"],
+                   tmp_path_factory.mktemp("mxnet_fp32"))
+    bf16 = run_all(["--preset", "smoke", "--frameworks", "mxnet", "--device", "cpu", "--precision", "bf16"],
+                   tmp_path_factory.mktemp("mxnet_bf16"))
+    return fp32, bf16
+
+
+def first_steps(rec, k=10):
+    return np.array(rec["losses"]["warmup"] + rec["losses"]["train"], dtype=np.float64)[:k]
+
+
+@needs_mxnet
+def test_mxnet_static_variant_trains_like_the_row_of_record(mxnet_runs):
+    fp32, _ = mxnet_runs
+    row, var = fp32.record("mxnet"), fp32.record("mxnet+static")
+    assert row["status"] == var["status"] == "ok", (row["error"], var["error"])
+    assert row["variant"] == "" and row["options"]["variant"] == "" and row["options"]["static_shape"] is False
+    assert var["variant"] and "static_shape" in var["variant"]
+    assert var["options"]["variant"] == "static" and var["options"]["static_shape"] is True
+    assert var["checks"]["loss"]["ok"] and var["checks"]["loss"]["rel_diff"] <= 1e-4
+    assert np.abs(first_steps(var) - first_steps(row)).max() <= 1e-6 * np.abs(first_steps(row)).max()
+    for rec in (row, var):
+        square = rec["flops"]["peak_matmul"]["square"]
+        assert square["shape"] == [1024, 1024, 1024] and square["flops_per_s"] > 0
+        assert 0 < rec["flops"]["efficiency"] < 1
+
+
+@needs_mxnet
+def test_mxnet_bf16_runs_on_a_cpu(mxnet_runs):
+    _, bf16 = mxnet_runs
+    rec = bf16.record("mxnet", precision="bf16")
+    if rec["status"] == "skipped":      # the runner's CPU rule, not the notebook: it does not run the notebook
+        pytest.skip(rec["error"])
+    assert rec["status"] == "ok", rec["error"]
+    loss = rec["checks"]["loss"]
+    assert loss["ok"] and loss["rtol"] == LOSS_RTOL["bf16"] and loss["precision"] == "bf16"
+    assert rec["options"]["amp"].startswith("bfloat16")
