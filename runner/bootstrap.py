@@ -119,10 +119,17 @@ def reexec_in_runner(argv) -> None:
     """Re-execute ``argv`` (arguments after the interpreter) inside the runner environment."""
     if os.environ.get("DS2_RUNNER") == "current" or in_runner_env():
         return
+    from . import interrupt            # standard library only, like this module
+    previous = interrupt.install()
     try:
         python = ensure_runner_env(announce=lambda m: print(m, file=sys.stderr, flush=True))
     except EnvError as e:
         sys.exit("error: %s" % e)
+    except interrupt.Interrupted as e:  # pip is stopped with it; the half-made environment has no stamp
+        prog = "python -m tests" if argv[0] == "-m" else os.path.basename(argv[0])
+        interrupt.stderr_line("%s: %s while creating the runner environment" % (prog, e.reason))
+        sys.exit(e.exit_status)
+    interrupt.restore(previous)
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(python, [python] + list(argv))

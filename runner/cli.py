@@ -3,12 +3,13 @@ import argparse
 import os
 import shlex
 import sys
-from typing import List
+import tempfile
+from typing import Dict, List, Optional
 
 from common import envinfo
 from common.spec import PRECISIONS, PRESETS, get_preset
 
-from . import envs, execute, preflight, report
+from . import cntk_python, envs, execute, interrupt, preflight, report
 from .bootstrap import ROOT, EnvError
 from .targets import ALL_TARGETS, ENVS, TARGETS, VARIANTS, names, variants_of
 
@@ -119,8 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                   "for another results dir)")
     p.add_argument("--python", type=env_python, action="append", default=[], metavar="ENV=PATH",
                    help="build environment ENV from this interpreter")
-    p.add_argument("--cntk-python", default=os.environ.get("DS2_CNTK_PYTHON"), metavar="PATH",
-                   help="a CPython 3.6 (shared-library build) for the CNTK environment; env DS2_CNTK_PYTHON")
+    p.add_argument("--cntk-python", default=None, metavar="PATH",
+                   help="a CPython 3.6 (shared-library build) for the CNTK environment (default: DS2_CNTK_PYTHON, "
+                        "else python3.6 on PATH, pyenv's or conda's; see python3 -m runner.cntk_python)")
     p.add_argument("--setup-only", action="store_true", help="create the environments and kernels, run nothing")
     p.add_argument("--list", action="store_true", help="list targets and their environments, then exit")
     p.add_argument("--check", action="store_true",
@@ -133,6 +135,97 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def unwritable_dir(path: str) -> Optional[str]:
+    """Why no file can be written in directory ``path`` (created if missing), or None -- tried, not guessed
+    from permission bits (root passes those everywhere, /proc included)."""
+    path = os.path.abspath(path)
+    existing = path
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        return ("is not a directory" if existing == path else "cannot be created: %s is not a directory" % existing)
+    try:
+        tempfile.TemporaryDirectory(prefix=".ds2-write-test-", dir=existing).cleanup()
+    except OSError as e:
+        if existing == path:
+            return "is not writable: %s" % (e.strerror or e)
+        return "cannot be created in %s: %s" % (existing, e.strerror or e)
+    return None
+
+
+def output_paths(args) -> tuple:
+    results_dir = os.path.abspath(args.results_dir)
+    output = args.output or (os.path.join(ROOT, "results.md")
+                             if results_dir == os.path.join(ROOT, "results") else os.path.join(results_dir, "results.md"))
+    return results_dir, os.path.abspath(output)
+
+
+def path_errors(results_dir: str, output: str) -> List[str]:
+    errors = []
+    why = unwritable_dir(results_dir)
+    if why:
+        errors.append("--results-dir %s %s" % (results_dir, why))
+    if os.path.isdir(output):
+        errors.append("--output %s is a directory" % output)
+    else:
+        why = unwritable_dir(os.path.dirname(output))
+        if why and not errors:
+            errors.append("--output %s: its directory %s %s" % (output, os.path.dirname(output), why))
+    return errors
+
+
+def python_error(env_name: str, path: str) -> Optional[str]:
+    """Why the interpreter given for an environment (--python ENV=PATH) cannot build it, or None."""
+    env = ENVS[env_name]
+    if env.shared_python:
+        cand = cntk_python.check(path, "--python %s=" % env_name)
+        return None if cand.ok else "--python %s=%s %s" % (env_name, path, cand.reason)
+    facts, reason = cntk_python.probe(path)
+    if facts is None:
+        return "--python %s=%s: %s" % (env_name, path, reason)
+    problem = env.python_problem(facts["version"])
+    if problem:
+        return "--python %s=%s is Python %s; %s" % (env_name, path, facts["version"], problem)
+    return None
+
+
+def resolve_pythons(args, env_names: List[str]):
+    """The interpreters per environment, what to say about them, the errors, and the environments whose
+    interpreter was found rather than given: every --python is checked, and the CNTK interpreter is
+    given (--cntk-python, DS2_CNTK_PYTHON) or found."""
+    pythons, notes, errors, discovered = {}, [], [], set()
+    for name, path in args.python:
+        error = python_error(name, path)
+        if error:
+            errors.append(error)
+        pythons[name] = path
+    if "cntk" in ENVS and "cntk" not in pythons and (
+            "cntk" in env_names or args.cntk_python or os.environ.get(cntk_python.ENV_VAR)):
+        found = cntk_python.discover(args.cntk_python)
+        if found.error:
+            errors.append(found.error)
+        elif found.chosen:
+            pythons["cntk"] = found.path
+            if found.given is None:
+                discovered.add("cntk")
+        if "cntk" in env_names:
+            notes += found.lines()
+    elif "cntk" in pythons and "cntk" in env_names:
+        notes.append("CNTK interpreter: %s (from --python cntk=)" % pythons["cntk"])
+    return pythons, notes, errors, discovered
+
+
+def shown(path: str) -> str:
+    """A path as the user reads it best: relative inside the current directory, absolute outside."""
+    rel = os.path.relpath(path)
+    return path if rel.startswith("..") else rel
+
+
+def error(message: str) -> int:
+    interrupt.stderr_line("run_all.py: error: %s" % message)
+    return 2
+
+
 def select_targets(frameworks: List[str], with_variants: bool = False) -> list:
     """The targets of ``--frameworks`` in order; ``--variants`` adds each one's variant targets
     (``<row>+<variant>``) after them, once each."""
@@ -143,22 +236,38 @@ def select_targets(frameworks: List[str], with_variants: bool = False) -> list:
 
 
 def main(argv=None) -> int:
+    previous = interrupt.install()
+    try:
+        return _main(argv)
+    except interrupt.Interrupted as e:   # while checking or building (a notebook's run says more: _main)
+        interrupt.stderr_line("run_all.py: %s" % e.reason)
+        return e.exit_status
+    finally:
+        interrupt.restore(previous)
+
+
+def _main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    pythons = dict(args.python)
-    if args.cntk_python and "cntk" in ENVS:
-        pythons.setdefault("cntk", args.cntk_python)
+    targets = select_targets(args.frameworks, args.variants)
+    env_names = list(ENVS) if args.list else sorted(set(t.env for t in targets), key=list(ENVS).index)
+    # every path and interpreter is checked before anything is built
+    results_dir, output = output_paths(args)
+    errors = [] if args.list else path_errors(results_dir, output)
+    pythons, notes, python_errors, discovered = resolve_pythons(args, env_names)
+    errors += python_errors
     try:
         gpu_builds = preflight.env_overrides()
     except ValueError as e:
-        print("run_all.py: error: DS2_GPU_BUILD: %s" % e, file=sys.stderr)
-        return 2
-    for forced in args.gpu_build:
-        gpu_builds.update(forced)
+        errors.append("DS2_GPU_BUILD: %s" % e)
+    else:
+        for forced in args.gpu_build:
+            gpu_builds.update(forced)
+    if errors:
+        return error(errors[0])
     gpus = envinfo.gpus()
     device = args.device if args.device != "auto" else ("cuda" if gpus else "cpu")
     if device == "cuda" and not gpus:
-        print("run_all.py: error: --device cuda, but nvidia-smi sees no GPU", file=sys.stderr)
-        return 2
+        return error("--device cuda, but nvidia-smi sees no GPU")
 
     if args.check:
         print("\n".join(preflight.report(TARGETS.values(), gpus if device == "cuda" else [], gpu_builds, details=True)))
@@ -172,8 +281,12 @@ def main(argv=None) -> int:
             state = envs.status(env, device, pythons.get(env.name), build)
             present = "" if os.path.exists(t.notebook_path) else "  [notebook missing]"
             print("%-18s %-40s env %-10s %-8s %s%s" % (t.name, t.label, env.name, state, env.python_hint, present))
+        for line in notes:
+            print(line)
         print("\n".join(preflight.report(TARGETS.values(), gpus if device == "cuda" else [], gpu_builds)))
         return 0
+    for line in notes:
+        print(line)
 
     if args.preset is None:
         args.preset = "deepmark" if device == "cuda" else "smoke"
@@ -183,13 +296,12 @@ def main(argv=None) -> int:
     presets = [get_preset(args.preset).with_overrides(batch_size=bs, scale=args.scale)
                for bs in (args.batch_size or [None])]
     preset = presets[0]
-    targets = select_targets(args.frameworks, args.variants)
-
     if device == "cuda":
         print("\n".join(preflight.report(targets, gpus, gpu_builds)))
+
     if args.setup_only:
         failed = 0
-        for env_name in sorted(set(t.env for t in targets), key=list(ENVS).index):
+        for env_name in env_names:
             decision = preflight.decide(env_name, gpus[0], gpu_builds.get(env_name)) if device == "cuda" else None
             if decision is not None and not decision.runs:
                 print("%s: skipped: %s" % (env_name, decision.reason))
@@ -204,26 +316,36 @@ def main(argv=None) -> int:
         return 1 if failed else 0
 
     command = "python run_all.py" + "".join(" " + shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
-    results_dir = os.path.abspath(args.results_dir)
-    output = args.output or (os.path.join(ROOT, "results.md")
-                             if results_dir == os.path.join(ROOT, "results") else os.path.join(results_dir, "results.md"))
     runs = [(t, prec, p) for t in targets for prec in args.precision for p in presets]
     print("Running %d notebook(s) on %s, preset %s (batch size %s, scale %d)%s, results in %s"
           % (len(runs), device, preset.name, ",".join(str(p.batch_size) for p in presets), preset.scale,
-             ", profiling one step" if args.profile else "", os.path.relpath(results_dir)))
+             ", profiling one step" if args.profile else "", shown(results_dir)))
     statuses = []
+    stopped = None
     for i, (target, precision, run_preset) in enumerate(runs, 1):
         print("[%d/%d] %s, %s, batch %d" % (i, len(runs), target.name, precision, run_preset.batch_size), flush=True)
         opts = execute.RunOptions(run_preset, precision, args.seed, device, results_dir, timeout=args.timeout,
                                   pythons=pythons, command=command, gpu=gpus[0] if gpus else None,
-                                  progress=not args.no_progress, gpu_builds=gpu_builds,
+                                  progress=not args.no_progress, found=discovered, gpu_builds=gpu_builds,
                                   profile=args.profile)
-        if args.workers > 1:
-            from . import distributed
-            statuses.append(distributed.run_target(target, opts, args.workers)["status"])
-        else:
-            statuses.append(execute.run_target(target, opts)["status"])
-    report.write(results_dir, output, command, execute.git_commit())
-    print("Wrote %s: %d ok, %d failed, %d skipped." % (os.path.relpath(output), statuses.count("ok"),
+        try:
+            if args.workers > 1:
+                from . import distributed
+                statuses.append(distributed.run_target(target, opts, args.workers)["status"])
+            else:
+                statuses.append(execute.run_target(target, opts)["status"])
+        except interrupt.Interrupted as e:
+            stopped = (e, "%s %s batch %d" % (target.name, precision, run_preset.batch_size))
+            break
+    if stopped is None:
+        with interrupt.deferred():      # results.md is written whole; a signal now stops the run after it
+            report.write(results_dir, output, command, execute.git_commit())
+    else:                               # a second signal now exits at once (runner.interrupt)
+        report.write(results_dir, output, command, execute.git_commit())
+        e, where = stopped
+        interrupt.stderr_line("run_all.py: %s during %s: recorded as failed; %s regenerated from the records in %s"
+                              % (e.reason, where, shown(output), shown(results_dir)))
+        return e.exit_status
+    print("Wrote %s: %d ok, %d failed, %d skipped." % (shown(output), statuses.count("ok"),
                                                      statuses.count("failed"), statuses.count("skipped")))
     return 0 if "failed" not in statuses else 1

@@ -614,8 +614,8 @@ def run_target(target: Target, opts, workers: int, announce=print, python: Optio
         res = launch(launcher, python, script, workers, log_prefix, status_prefix,
                      cwd=os.path.dirname(target.notebook_path), timeout=opts.timeout, venv=venv,
                      announce=announce, grace=grace)
-    except KeyboardInterrupt:
-        finish("failed", "interrupted by the user")
+    except KeyboardInterrupt as e:     # run_all.py's SIGINT/SIGTERM (runner.interrupt) say which
+        finish("failed", getattr(e, "reason", "interrupted by the user"))
         raise
     except OSError as e:
         return finish("failed", "cannot start the %s launcher: %s" % (launcher.name, e))

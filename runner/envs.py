@@ -95,9 +95,10 @@ def ensure(env: Env, device: str, python: Optional[str] = None, announce=print, 
             raise EnvError(reason)
     path = env_path(env, device, python, build)
     version = python_version(base)
-    if env.python_versions and ".".join(version.split(".")[:2]) not in env.python_versions:
-        raise EnvError("%s needs Python %s; %s is Python %s"
-                       % (env.label, " or ".join(env.python_versions), base, version))
+    problem = env.python_problem(version)
+    if problem:
+        raise EnvError("%s; %s is Python %s%s" % (problem, base, version, "" if python else
+                                                 ": give it one with --python %s=PATH" % env.name))
     stamp = {"requirements": file_digest(req), "python": os.path.realpath(base), "python_version": version}
     if device == "cuda" and build is not None:
         stamp["gpu_build"] = {"build": build.name, "package": build.package, "cuda": build.cuda,

@@ -6,18 +6,19 @@ against its own iterator), adds how it was produced, and writes it atomically in
 check, out of memory, timeout, interruption -- gets a record with status "failed" (or
 "skipped" when the target cannot run here) and a one-line reason instead.
 """
+import logging
 import os
 import re
 import subprocess
 import sys
 import time
-from typing import Dict, Optional
+from typing import Dict, Optional, Set
 
 from common import envinfo, results
 from common.data import DeepMarkIterator
 from common.spec import Preset, get_preset
 
-from . import envs, preflight
+from . import envs, interrupt, preflight
 from .bootstrap import ROOT, EnvError
 from .targets import ENVS, Target
 
@@ -26,7 +27,8 @@ class RunOptions:
     def __init__(self, preset: Preset, precision: str, seed: int, device: str, results_dir: str,
                  timeout: Optional[float] = None, pythons: Optional[Dict[str, str]] = None,
                  command: str = "", gpu: Optional[dict] = None, progress: bool = True,
-                 gpu_builds: Optional[Dict[str, str]] = None, profile: bool = False):
+                 found: Optional[Set[str]] = None, gpu_builds: Optional[Dict[str, str]] = None,
+                 profile: bool = False):
         self.preset = preset
         self.precision = precision
         self.seed = seed
@@ -37,6 +39,7 @@ class RunOptions:
         self.command = command
         self.gpu = gpu                  # first GPU's facts (envinfo.gpus()[0]) when device is cuda
         self.progress = progress
+        self.found = found or set()     # env names whose interpreter was found here, not given (CNTK's)
         self.gpu_builds = gpu_builds or {}  # env name -> CUDA build forced with --gpu-build (runner/preflight.py)
         self.profile = profile          # profile one training step (the notebook's ``profile`` parameter)
 
@@ -129,9 +132,19 @@ def notebook_parameters(target: Target, opts: RunOptions, result_path: str) -> d
     return params
 
 
+def _not_after_a_signal(record) -> bool:
+    """papermill's logger (nbclient logs through it) complains that the kernel died when a signal stopped
+    it on purpose: keep that off the terminal, whose one line then says what happened."""
+    return interrupt.pending() is None
+
+
+logging.getLogger("papermill").addFilter(_not_after_a_signal)
+
+
 def kernel_manager_logging_to(log_path: str):
     """A Jupyter kernel manager whose kernel writes its own stdout and stderr (C++ logs of the
-    frameworks, warnings printed before a cell runs) to ``log_path`` instead of this terminal."""
+    frameworks, warnings printed before a cell runs) to ``log_path`` instead of this terminal, and
+    which tells :mod:`runner.interrupt` about its kernel, so that Ctrl-C or SIGTERM stops it."""
     from jupyter_client.manager import AsyncKernelManager
 
     class LoggingKernelManager(AsyncKernelManager):
@@ -140,9 +153,20 @@ def kernel_manager_logging_to(log_path: str):
             kw.setdefault("stdout", log)
             kw.setdefault("stderr", log)
             try:
-                return await super().start_kernel(**kw)
+                result = await super().start_kernel(**kw)
             finally:
                 log.close()             # the kernel process holds its own descriptor
+            prov = self.provisioner
+            pgid = getattr(prov, "pgid", None) or getattr(prov, "pid", None)
+            if pgid:
+                interrupt.track_kernel(id(self), pgid)
+            return result
+
+        async def shutdown_kernel(self, now=False, restart=False):
+            try:
+                return await super().shutdown_kernel(now=now, restart=restart)
+            finally:
+                interrupt.untrack_kernel(id(self))
 
     return LoggingKernelManager
 
@@ -168,86 +192,130 @@ def can_run(target: Target, opts: RunOptions):
 
 
 def run_target(target: Target, opts: RunOptions, announce=print) -> dict:
-    """Run ``target`` and write its record; returns the record."""
+    """Run ``target`` and write its record; returns the record.
+
+    SIGINT/SIGTERM (:mod:`runner.interrupt`) stop it within seconds: the kernel is stopped, the executed
+    part of the notebook is kept under its final name, the record says "interrupted" (or "terminated"),
+    and :class:`~runner.interrupt.Interrupted` goes on to the caller.
+    """
     started = results.utc_now()
     stem = record_stem(target, opts)
     records_dir = os.path.join(opts.results_dir, "records")
     notebooks_dir = os.path.join(opts.results_dir, "notebooks")
     staging_dir = os.path.join(opts.results_dir, ".staging")
     logs_dir = os.path.join(opts.results_dir, "logs")          # the kernels' own output (not committed)
-    for d in (records_dir, notebooks_dir, staging_dir, logs_dir):
-        os.makedirs(d, exist_ok=True)
     record_path = os.path.join(records_dir, stem + ".json")
     notebook_out = os.path.join(notebooks_dir, stem + ".ipynb")
+    partial_nb = notebook_out[:-len(".ipynb")] + ".partial.ipynb"
     staged = os.path.join(staging_dir, stem + ".json")
+    written = []                                               # the record, once it is on disk
+    decision, status, reason = can_run(target, opts)           # the GPU preflight: build, driver, architecture
 
     def finish(status: str, reason: str, executed: Optional[str] = None) -> dict:
         rec = results.failed_record(target.name, status, reason, **_base_fields(target, opts))
         rec["environment"] = envinfo.collect()
         rec["run"] = _run_info(target, opts, started, executed, decision)
-        results.write_record(record_path, rec)
-        announce("  %s: %s" % (status, rec["error"]))
+        return done(rec)
+
+    def done(rec: dict) -> dict:
+        with interrupt.deferred():     # a record is written whole, and then it stands
+            results.write_record(record_path, rec)
+            written.append(rec)
+            if rec["status"] == "ok":
+                t = rec.get("timing", {})
+                announce("  ok: %.1f s of audio per second, first-loss check rel. diff %.1e"
+                         % (t.get("audio_s_per_s", float("nan")),
+                            rec["checks"].get("loss", {}).get("rel_diff", float("nan"))))
+            else:
+                announce("  %s: %s" % (rec["status"], rec["error"]))
         return rec
 
-    # 1. can it run here at all?  (the GPU preflight: build, driver, architecture, precision)
-    decision, status, reason = can_run(target, opts)
+    try:
+        for d in (records_dir, notebooks_dir, staging_dir, logs_dir):
+            os.makedirs(d, exist_ok=True)
+        return _run(target, opts, announce, finish, done, staged, partial_nb, notebook_out,
+                    os.path.join(logs_dir, stem + ".kernel.log"), started,
+                    (decision, status, reason))
+    except interrupt.Interrupted as e:
+        # the clean-up; a second signal ends the process at once (runner.interrupt)
+        interrupt.reap_kernels()
+        executed = _keep(partial_nb, notebook_out)
+        if os.path.exists(staged):
+            os.remove(staged)
+        if not written:
+            finish("failed", e.reason, executed)
+        raise
+
+
+def _run(target, opts, announce, finish, done, staged, partial_nb, notebook_out, kernel_log, started,
+         verdict) -> dict:
+    # 1. can it run here at all?  (run_target asked can_run: the GPU preflight, the notebook, the precision)
+    decision, status, reason = verdict
     if reason:
         return finish(status, reason)
     # 2. its environment and kernel
     env = ENVS[target.env]
+    if env.needs and env.name in opts.found:   # nobody asked for it: a missing system piece skips it
+        reason = env.needs()
+        if reason:
+            return finish("skipped", "environment %s: %s" % (env.name, reason))
     try:
         kernel = envs.ensure(env, opts.device, opts.pythons.get(env.name), announce=announce,
                              build=decision.build if decision else None)
     except EnvError as e:
         missing = env.needs_python and env.name not in opts.pythons   # not given: skipped, not broken
         return finish("skipped" if missing else "failed", "environment %s: %s" % (env.name, e))
-    # 3. the notebook
+    # 3. the notebook: a signal stops its kernel, papermill saves what ran and returns with an error
     import papermill as pm
     parameters = notebook_parameters(target, opts, staged)
     if os.path.exists(staged):
         os.remove(staged)
-    partial_nb = notebook_out[:-len(".ipynb")] + ".partial.ipynb"
-    kernel_log = os.path.join(logs_dir, stem + ".kernel.log")
     if os.path.exists(kernel_log):
         os.remove(kernel_log)
     t0 = time.time()
-    try:
-        pm.execute_notebook(target.notebook_path, partial_nb, parameters=parameters, kernel_name=kernel,
-                            cwd=os.path.dirname(target.notebook_path), execution_timeout=opts.timeout,
-                            progress_bar=opts.progress, log_output=False, report_mode=False,
-                            kernel_manager_class=kernel_manager_logging_to(kernel_log))
-    except KeyboardInterrupt:
-        _keep(partial_nb, notebook_out)
-        finish("failed", "interrupted by the user", notebook_out)
-        raise
-    except Exception as e:  # papermill/nbclient raise many kinds; each becomes a failed row
-        _keep(partial_nb, notebook_out)
-        return finish("failed", papermill_reason(e, opts.timeout), notebook_out)
-    _keep(partial_nb, notebook_out)
-    # 4. the notebook's record, checked and completed
-    try:
-        rec = results.read_record(staged)
-    except (OSError, ValueError) as e:
-        return finish("failed", "the notebook wrote no valid record: %s" % e, notebook_out)
-    os.remove(staged)
-    expected = expected_checksum(opts.preset, opts.seed)
-    got = rec.get("data", {}).get("checksum")
-    rec.setdefault("checks", {})["checksum"] = {"checksum": got, "expected": expected, "ok": got == expected}
-    if got != expected:
-        rec["status"], rec["error"] = "failed", "data checksum %s differs from the runner's %s" % (got, expected)
-    rec["row_of_record"] = target.variant_of or target.name
-    rec["run"] = dict(rec.get("run", {}), **_run_info(target, opts, started, notebook_out, decision))
-    rec["run"]["wall_s"] = time.time() - t0
-    results.write_record(record_path, rec)
-    if rec["status"] == "ok":
-        t = rec.get("timing", {})
-        announce("  ok: %.1f s of audio per second, first-loss check rel. diff %.1e"
-                 % (t.get("audio_s_per_s", float("nan")), rec["checks"].get("loss", {}).get("rel_diff", float("nan"))))
-    else:
-        announce("  %s: %s" % (rec["status"], rec["error"]))
-    return rec
+    error = None
+    with interrupt.deferred():
+        try:
+            pm.execute_notebook(target.notebook_path, partial_nb, parameters=parameters, kernel_name=kernel,
+                                cwd=os.path.dirname(target.notebook_path), execution_timeout=opts.timeout,
+                                progress_bar=opts.progress, log_output=False, report_mode=False,
+                                kernel_manager_class=kernel_manager_logging_to(kernel_log))
+        except Exception as e:  # papermill/nbclient raise many kinds; each becomes a failed row
+            error = e
+        finally:
+            interrupt.reap_kernels()    # none is left running, whatever happened
+    # (an interruption is raised here, as the block ends)
+    with interrupt.deferred():
+        executed = _keep(partial_nb, notebook_out)
+        if error is not None:
+            return finish("failed", papermill_reason(error, opts.timeout), executed)
+        # 4. the notebook's record, checked and completed
+        try:
+            rec = results.read_record(staged)
+        except (OSError, ValueError) as e:
+            return finish("failed", "the notebook wrote no valid record: %s" % e, executed)
+        os.remove(staged)
+        expected = expected_checksum(opts.preset, opts.seed)
+        got = rec.get("data", {}).get("checksum")
+        rec.setdefault("checks", {})["checksum"] = {"checksum": got, "expected": expected, "ok": got == expected}
+        if got != expected:
+            rec["status"], rec["error"] = "failed", "data checksum %s differs from the runner's %s" % (got, expected)
+        rec["row_of_record"] = target.variant_of or target.name
+        rec["run"] = dict(rec.get("run", {}), **_run_info(target, opts, started, executed, decision))
+        rec["run"]["wall_s"] = time.time() - t0
+        return done(rec)
 
 
-def _keep(partial: str, final: str) -> None:
-    if os.path.exists(partial):
-        os.replace(partial, final)
+def _keep(partial: str, final: str) -> Optional[str]:
+    """Move the executed notebook to its final name; one that is not a whole notebook (a write cut
+    short) is removed.  Returns the final path, or None when this run left no notebook."""
+    if not os.path.exists(partial):
+        return None
+    try:
+        import nbformat
+        nbformat.read(partial, as_version=4)
+    except Exception:
+        os.remove(partial)
+        return None
+    os.replace(partial, final)
+    return final

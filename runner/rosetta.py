@@ -113,10 +113,38 @@ def _anchor(title: str) -> str:
     return keep.replace(" ", "-")
 
 
-HTML_HEAD = """<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8">
-<title>DS2 Rosetta: side by side</title>
-<style>
+def _highlighter():
+    """Python code -> HTML with Pygments' token classes (styled by :func:`_pygments_css`)."""
+    from pygments import highlight
+    from pygments.formatters import HtmlFormatter
+    from pygments.lexers import PythonLexer
+    lexer, formatter = PythonLexer(), HtmlFormatter(cssclass="hl")
+    return lambda code: highlight(code, lexer, formatter)
+
+
+def _pygments_css() -> str:
+    from pygments.formatters import HtmlFormatter
+    return HtmlFormatter(style="default").get_style_defs(".hl")
+
+
+def _markdown_renderer(highlight):
+    """Markdown (tables, code spans, lists, fenced code) -> HTML with mistune; raw HTML is escaped,
+    a notebook's own headings become small headings under this page's steps, fenced Python is highlighted."""
+    import mistune
+
+    class Renderer(mistune.HTMLRenderer):
+        def heading(self, text, level, **attrs):
+            return "<h4 class=\"nbh\">%s</h4>\n" % text
+
+        def block_code(self, code, info=None):
+            if info and info.split()[0] in ("python", "py"):
+                return highlight(code)
+            return super().block_code(code, info)
+
+    return mistune.create_markdown(escape=True, renderer=Renderer(escape=True), plugins=["table", "strikethrough"])
+
+
+HTML_STYLE = """
 body { font-family: system-ui, sans-serif; margin: 0; }
 header { position: sticky; top: 0; background: #f4f4f4; padding: .6em 1em; border-bottom: 1px solid #ccc; z-index: 1; }
 select { font-size: 1em; margin: 0 .5em; }
@@ -124,42 +152,67 @@ h2 { margin: 1.2em 1em .2em; font-size: 1.15em; }
 p.what { margin: 0 1em .5em; color: #555; }
 .row { display: grid; grid-template-columns: 1fr 1fr; gap: 1em; margin: 0 1em; }
 .col { min-width: 0; }
+.col > b { display: block; margin: .3em 0; }
 pre { background: #fafafa; border: 1px solid #ddd; padding: .6em; overflow-x: auto; font-size: 12px; margin: .3em 0; }
-.md { white-space: pre-wrap; font-size: 13px; background: #fffdf3; border: 1px solid #eee; padding: .5em; margin: .3em 0; }
+.md { font-size: 13px; background: #fffdf3; border: 1px solid #eee; padding: .2em .6em; margin: .3em 0; overflow-x: auto; }
+.md h4.nbh { font-size: 1em; margin: .5em 0 .3em; }
+.md table { border-collapse: collapse; margin: .4em 0; }
+.md th, .md td { border: 1px solid #ccc; padding: .2em .4em; vertical-align: top; text-align: left; }
+.md th { background: #f0ede0; }
+.md code { background: #f3f3f3; padding: 0 .2em; border-radius: 3px; font-size: 12px; }
+.md pre code { background: none; padding: 0; }
+.md ul, .md ol { padding-left: 1.4em; }
 .none { color: #999; font-style: italic; }
-</style></head><body>
+"""
+
+HTML_HEAD = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<title>DS2 Rosetta: side by side</title>
+<style>%s%s</style></head><body>
 <header>DS2 Rosetta &mdash; compare
 <select id="left"></select> with <select id="right"></select>
-<small>(generated from the notebooks by <code>python -m runner.rosetta</code>; do not edit)</small></header>
+<small>(generated from the notebooks by <code>python -m runner.rosetta</code>; do not edit;
+link to a pair: <code>rosetta.html#left=MXNet&amp;right=CNTK</code>)</small></header>
 """
 
 HTML_SCRIPT = """<script>
 const names = %s;
 const l = document.getElementById("left"), r = document.getElementById("right");
 for (const n of names) { l.add(new Option(n, n)); r.add(new Option(n, n)); }
-l.value = names[0]; r.value = names[Math.min(1, names.length - 1)];
+function fromHash() {   // rosetta.html#left=MXNet&right=CNTK picks the two frameworks
+  const p = new URLSearchParams(location.hash.slice(1));
+  const pick = function (key, fallback) { return names.indexOf(p.get(key)) >= 0 ? p.get(key) : fallback; };
+  l.value = pick("left", names[0]);
+  r.value = pick("right", names[Math.min(1, names.length - 1)]);
+}
 function show() {   // each step holds every framework once: show the two picked, left one first
   document.querySelectorAll("[data-fw]").forEach(function (el) {
     const fw = el.dataset.fw;
-    el.style.display = (fw === l.value || fw === r.value) ? "" : "none";
+    el.hidden = !(fw === l.value || fw === r.value);
+    if (el.hidden) { delete el.dataset.side; } else { el.dataset.side = fw === l.value ? "left" : "right"; }
     el.style.order = fw === l.value ? 0 : 1;
   });
+  const hash = "#left=" + encodeURIComponent(l.value) + "&right=" + encodeURIComponent(r.value);
+  if (location.hash !== hash) { history.replaceState(null, "", hash); }
 }
-l.onchange = show; r.onchange = show; show();
+l.onchange = show; r.onchange = show;
+window.addEventListener("hashchange", function () { fromHash(); show(); });
+fromHash(); show();
 </script></body></html>
 """
 
 
 def render_html(data: "OrderedDict") -> str:
     names = list(data)
-    parts = [HTML_HEAD]
+    highlight = _highlighter()
+    markdown = _markdown_renderer(highlight)
+    parts = [HTML_HEAD % (HTML_STYLE, _pygments_css())]
     for tag, title, what in STEPS:
         parts.append("<h2>%s</h2><p class=\"what\">%s</p><div class=\"row\">" % (html.escape(title), html.escape(what)))
         for name in names:
             cells = data[name].get(tag) or []
-            body = "".join(
-                ("<div class=\"md\">%s</div>" if c["type"] == "markdown" else "<pre><code>%s</code></pre>")
-                % html.escape(c["source"]) for c in cells) or "<p class=\"none\">no cell for this step</p>"
+            body = "".join(("<div class=\"md\">%s</div>" % markdown(c["source"])) if c["type"] == "markdown"
+                           else highlight(c["source"]) for c in cells) or "<p class=\"none\">no cell for this step</p>"
             parts.append("<div class=\"col\" data-fw=\"%s\"><b>%s</b>%s</div>" % (html.escape(name), html.escape(name), body))
         parts.append("</div>")
     parts.append(HTML_SCRIPT % json.dumps(names))

@@ -21,7 +21,8 @@ class Env:
                  needs: Optional[Callable[[], Optional[str]]] = None,
                  kernel_env: Optional[Callable[[str], Dict[str, str]]] = None,
                  post_create: Optional[Callable[[str], None]] = None, pip: str = "pip",
-                 python_versions: Optional[Tuple[str, ...]] = None):
+                 python_versions: Tuple[Optional[str], Optional[str]] = (None, None), python_why: str = "",
+                 shared_python: bool = False):
         self.name = name
         self.label = label
         self.python_hint = python_hint          # shown by --list
@@ -30,7 +31,26 @@ class Env:
         self.kernel_env = kernel_env            # extra environment variables of the kernel (venv path -> env)
         self.post_create = post_create          # hook after pip install (venv path)
         self.pip = pip                          # what pip is upgraded to before the pins are installed
-        self.python_versions = python_versions  # major.minor versions its pins exist for (None: any)
+        self.python_versions = python_versions  # (lowest, highest) major.minor its pins support (None: no bound)
+        self.python_why = python_why            # which pins set those bounds
+        self.shared_python = shared_python      # the interpreter must be a shared-library build
+
+    def python_problem(self, version: str) -> Optional[str]:
+        """Why Python ``version`` ("3.12.1") cannot build this environment, or None."""
+        have = tuple(int(x) for x in version.split(".")[:2])
+        low, high = self.python_versions
+        if (low and have < tuple(map(int, low.split(".")))) or (high and have > tuple(map(int, high.split(".")))):
+            return "%s needs Python %s%s" % (self.label, self.python_range(), " (%s)" % self.python_why
+                                             if self.python_why else "")
+        return None
+
+    def python_range(self) -> str:
+        low, high = self.python_versions
+        if low and low == high:
+            return low
+        if low and high:
+            return "%s-%s" % (low, high)
+        return (">= %s" % low) if low else ("<= %s" % high) if high else "any"
 
     def requirements(self, device: str, build: Optional[Build] = None) -> str:
         """The pins file: ``envs/<env>-<device>.txt``, or on a GPU the chosen build's (runner/preflight.py)."""
@@ -179,16 +199,25 @@ CNTK_UNSUPPORTED_PRECISIONS = {
     p: "CNTK 2.7 computes in fp32 only: its CUDA 10 predates TF32 and it has no bfloat16" for p in ("tf32", "bf16")}
 
 
+#: Python bounds come from the pins' Requires-Python: numpy 2.4.6, keras 3.15.1, ipykernel 7.4.0, jax 0.10.2 and
+#: flax 0.12.8 need >= 3.11 (torch 2.13 and tensorflow 2.21 alone would take 3.10); numpy 1.23.5 has no
+#: wheels (and no building sdist) past 3.11.
+NEEDS_311 = "numpy 2.4.6, keras 3.15.1 and ipykernel 7.4.0 need >= 3.11"
+
 ENVS = OrderedDict((e.name, e) for e in [
-    Env("pytorch", "PyTorch 2.13 + Keras 3"),
-    Env("tensorflow", "TensorFlow 2.21 + Keras 3"),
-    Env("mxnet", "MXNet 1.9.1", python_hint="Python <= 3.11 (numpy<1.24)", kernel_env=mxnet_kernel_env),
-    Env("cntk", "CNTK 2.7", python_hint="CPython 3.6 via --cntk-python",
-        needs_python="no CNTK interpreter given: pass --cntk-python PATH (a shared-library CPython 3.6, e.g. from "
-                     "conda create -n cntk36 python=3.6) or set DS2_CNTK_PYTHON",
+    Env("pytorch", "PyTorch 2.13 + Keras 3", python_hint="Python >= 3.11", python_versions=("3.11", None),
+        python_why=NEEDS_311),
+    Env("tensorflow", "TensorFlow 2.21 + Keras 3", python_hint="Python >= 3.11", python_versions=("3.11", None),
+        python_why=NEEDS_311),
+    Env("mxnet", "MXNet 1.9.1", python_hint="Python 3.11 (numpy<1.24)", kernel_env=mxnet_kernel_env,
+        python_versions=("3.11", "3.11"), python_why="numpy 1.23.5 has wheels up to 3.11, ipykernel 7.4.0 needs >= 3.11"),
+    Env("cntk", "CNTK 2.7", python_hint="shared-library CPython 3.6",
+        needs_python="no CNTK interpreter given or found: pass --cntk-python PATH (a shared-library CPython 3.6, "
+                     "e.g. from conda create -n cntk36 python=3.6) or set DS2_CNTK_PYTHON",
         needs=cntk_needs, kernel_env=cntk_kernel_env, post_create=cntk_post_create,
-        pip="pip==21.3.1", python_versions=("3.6",)),  # pip 21.3.1: the last for Python 3.6
-    Env("jax", "JAX + Flax + Keras 3"),
+        pip="pip==21.3.1", python_versions=("3.6", "3.6"), shared_python=True),  # pip 21.3.1: the last for 3.6
+    Env("jax", "JAX + Flax + Keras 3", python_hint="Python >= 3.11", python_versions=("3.11", None),
+        python_why="jax 0.10.2, flax 0.12.8, numpy 2.4.6 and keras 3.15.1 need >= 3.11"),
 ])
 
 TARGETS = OrderedDict((t.name, t) for t in [

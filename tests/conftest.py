@@ -40,6 +40,16 @@ class RunAll:
             return f.read()
 
 
+def no_cntk_python_anywhere(home):
+    """An environment in which runner.cntk_python finds no interpreter: an empty home, no pyenv or
+    conda, and a PATH with only the runner's interpreter and the system's directories."""
+    os.makedirs(str(home), exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("DS2_CNTK_PYTHON", "CONDA_PREFIX")}
+    env.update(HOME=str(home), PYENV_ROOT=os.path.join(str(home), ".pyenv"),
+               PATH=os.pathsep.join([os.path.dirname(sys.executable), "/usr/bin", "/bin"]))
+    return env
+
+
 def run_all(args, results_dir):
     return RunAll(args, results_dir)
 

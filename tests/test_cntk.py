@@ -1,6 +1,7 @@
 """CNTK without CNTK: the per-frame CTC labels, the environment detection and setup, and what the
 notebook receives.  These run everywhere; the notebook itself runs in tests/test_notebooks.py when
-an interpreter for CNTK is configured (DS2_CNTK_PYTHON or --cntk-python) and is skipped otherwise."""
+an interpreter for CNTK is given (--cntk-python, DS2_CNTK_PYTHON) or found (runner.cntk_python) and is
+skipped otherwise."""
 import ast
 import json
 import os

@@ -3,6 +3,9 @@ import ast
 import json
 import os
 import re
+import shutil
+import subprocess
+from urllib.parse import quote
 
 import pytest
 
@@ -68,3 +71,75 @@ def test_rosetta_pages_show_every_framework_for_every_step():
             assert "### %s\n" % name in section
     html = rosetta.render_html(data)
     assert html.count("<h2>") == len(rosetta.STEPS) and "<select id=\"left\">" in html
+
+
+# ---- docs/rosetta.html in a real browser -------------------------------------------------------------
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def chromium():
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not browser:
+        pytest.skip("no Chromium to open docs/rosetta.html in (apt-get install chromium; .ci/run installs it)")
+    return browser
+
+
+def rendered_dom(tmp_path, fragment):
+    """The page's DOM after its script ran, as headless Chromium has it."""
+    url = "file://%s#%s" % (rosetta.OUTPUTS["html"], fragment)
+    proc = subprocess.run([chromium()] + CHROMIUM_FLAGS + ["--user-data-dir=%s" % (tmp_path / "profile"),
+                                                          "--dump-dom", url],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=180)
+    assert proc.returncode == 0 and "<h2>" in proc.stdout, proc.stderr[-2000:]
+    from bs4 import BeautifulSoup
+    return BeautifulSoup(proc.stdout, "html.parser")
+
+
+@pytest.mark.parametrize("left, right", [("MXNet", "CNTK"), ("Keras 3", "PyTorch")])
+def test_rosetta_page_in_chromium_shows_the_two_frameworks_rendered(tmp_path, left, right):
+    names = list(rosetta.collect())
+    assert left in names and right in names
+    dom = rendered_dom(tmp_path, "left=%s&right=%s" % (quote(left), quote(right)))
+    rows = dom.select("div.row")
+    assert len(rows) == len(rosetta.STEPS)
+    for row, (tag, _, _) in zip(rows, rosetta.STEPS):
+        panes = row.select("div.col[data-fw]")
+        assert sorted(p["data-fw"] for p in panes) == sorted(names)
+        shown = {p["data-fw"]: p for p in panes if not p.has_attr("hidden")}
+        assert set(shown) == {left, right}, (tag, set(shown))          # the other frameworks are hidden
+        assert shown[left]["data-side"] == "left" and shown[right]["data-side"] == "right"
+        assert "order: 0" in shown[left]["style"] and "order: 1" in shown[right]["style"]
+        for name, pane in shown.items():
+            if tag == "defaults":          # the overrides table: a real table with code spans
+                table = pane.select_one("div.md table")
+                assert table is not None, (name, pane.get_text()[:300])
+                assert [th.get_text() for th in table.select("thead th")] == ["Default", "Here", "Why"]
+                assert len(table.select("tbody tr")) >= 3 and table.select("td code")
+                assert "|---|" not in pane.get_text()
+            if tag in ("environment", "model", "loss", "optimizer"):     # highlighted code: Pygments' tokens
+                spans = pane.select("div.hl pre span[class]")
+                kinds = set(c for span in spans for c in span["class"])
+                assert {"n", "o"} <= kinds and len(kinds) >= 4, (name, tag, kinds)   # names, operators, ...
+                if tag == "environment":
+                    assert "kn" in kinds, (name, kinds)                             # import
+
+
+def test_rosetta_page_is_one_offline_file():
+    with open(rosetta.OUTPUTS["html"]) as f:
+        page = f.read()
+    assert "<style>" in page and ".hl .k " in page                 # Pygments' CSS inline
+    for external in ("<link", "src=\"http", "src='http", "@import", "url(http"):
+        assert external not in page
+    assert "<table>" in page and "<code>" in page and "| --- |" not in page    # Markdown rendered when generated
+
+
+def test_markdown_cells_are_rendered_with_mistune_and_pygments():
+    to_html = rosetta._markdown_renderer(rosetta._highlighter())
+    out = to_html("## Notes\n\n- one `x`\n- two\n\n1. first\n\n| a | b |\n|---|---|\n| `c` | d |\n\n"
+                  "<script>alert(1)</script>\n\n```python\nimport os\n```\n")
+    assert '<h4 class="nbh">Notes</h4>' in out and "<h2" not in out        # below the page's own headings
+    assert "<ul>\n<li>one <code>x</code></li>" in out and "<ol>" in out
+    assert "<table>" in out and "<th>a</th>" in out and "<td><code>c</code></td>" in out
+    assert "<script>" not in out and "&lt;script&gt;" in out                # raw HTML is shown, not run
+    assert '<div class="hl"><pre><span></span><span class="kn">import</span>' in out

@@ -1,0 +1,144 @@
+"""Ctrl-C and SIGTERM: stop a run within seconds, and leave it tidy.
+
+A terminal's Ctrl-C (SIGINT) and ``timeout``/``kill`` (SIGTERM) reach run_all.py; the Jupyter kernel
+runs in a session of its own and hears neither.  :func:`install` turns both signals into
+:class:`Interrupted`, raised where the run is -- except inside :func:`deferred` blocks (a notebook
+being executed, a record or results.md being written), where the handler only stops the kernels
+that are running (papermill then saves what ran and returns promptly with an error) and the
+exception is raised when the block ends.  Should that take longer than :data:`GRACE_S`, it is raised
+anyway.  A second signal during the clean-up kills the kernels and exits at once.
+
+Standard library only.
+"""
+import contextlib
+import os
+import signal
+import sys
+
+GRACE_S = 10
+REASONS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}
+
+_state = {"signum": None, "deferring": 0}
+_kernels = {}   # key -> process group of a running Jupyter kernel
+
+
+class Interrupted(KeyboardInterrupt):
+    """The run got SIGINT or SIGTERM.  A KeyboardInterrupt, so that code written for Ctrl-C (asyncio's
+    loops, a launcher's teardown) treats SIGTERM the same way."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+    @property
+    def reason(self) -> str:
+        """A record's reason: "interrupted (SIGINT)", "terminated (SIGTERM)"."""
+        return "%s (%s)" % (REASONS.get(self.signum, "stopped"), signal.Signals(self.signum).name)
+
+    @property
+    def exit_status(self) -> int:
+        return 128 + self.signum
+
+
+def install() -> dict:
+    """Handle SIGINT and SIGTERM from now on; returns the previous handlers (for :func:`restore`)."""
+    _state["signum"] = None
+    return {sig: signal.signal(sig, _handler) for sig in REASONS}
+
+
+def restore(previous: dict) -> None:
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)
+
+
+def pending():
+    """The signal received so far, or None."""
+    return _state["signum"]
+
+
+def _handler(signum, frame):
+    if _state["signum"] is not None:            # a second signal: no more clean-up
+        kill_kernels(signal.SIGKILL)
+        os.write(2, ("run_all.py: %s again during the clean-up; stopped at once\n"
+                     % signal.Signals(signum).name).encode())
+        os._exit(128 + _state["signum"])
+    _state["signum"] = signum
+    kill_kernels(signal.SIGTERM)
+    if _state["deferring"]:
+        signal.signal(signal.SIGALRM, _grace_over)
+        signal.alarm(GRACE_S)
+        return
+    raise Interrupted(signum)
+
+
+def _grace_over(signum, frame):
+    raise Interrupted(_state["signum"])
+
+
+def check() -> None:
+    """Raise :class:`Interrupted` if a signal came."""
+    if _state["signum"] is not None:
+        signal.alarm(0)
+        raise Interrupted(_state["signum"])
+
+
+@contextlib.contextmanager
+def deferred():
+    """A block a signal does not cut short (it stops the kernels instead); the signal is raised after it."""
+    _state["deferring"] += 1
+    try:
+        yield
+    finally:
+        _state["deferring"] -= 1
+    if not _state["deferring"]:
+        check()
+
+
+def track_kernel(key, pgid: int) -> None:
+    """A kernel was started (its own process group); stop it at once if a signal already came."""
+    _kernels[key] = pgid
+    if _state["signum"] is not None:
+        kill_kernels(signal.SIGTERM)
+
+
+def untrack_kernel(key) -> None:
+    _kernels.pop(key, None)
+
+
+def kill_kernels(sig=signal.SIGTERM) -> None:
+    for pgid in list(_kernels.values()):
+        try:
+            os.killpg(pgid, sig)
+        except OSError:
+            pass
+
+
+def reap_kernels(wait_s: float = 5.0) -> None:
+    """Make sure no tracked kernel (or anything it started) is left: SIGTERM, then SIGKILL."""
+    import time
+    if not _kernels:
+        return
+    kill_kernels(signal.SIGTERM)
+    deadline = time.time() + wait_s
+    while time.time() < deadline and any(_group_alive(g) for g in _kernels.values()):
+        time.sleep(0.05)
+    kill_kernels(signal.SIGKILL)
+    _kernels.clear()
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except OSError:
+        return False
+    # a kernel that died but was not waited for yet is a zombie of this process: reap it
+    try:
+        pid, _ = os.waitpid(pgid, os.WNOHANG)
+        return pid == 0
+    except ChildProcessError:
+        return True
+
+
+def stderr_line(text: str) -> None:
+    sys.stdout.flush()
+    print(text, file=sys.stderr, flush=True)

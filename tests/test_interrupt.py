@@ -1,0 +1,210 @@
+"""Ctrl-C and SIGTERM during a real run: the run ends within seconds with one line on stderr and
+exit status 130 / 143, the running target's record says why, its kernel is gone, no
+``*.partial.ipynb`` is left and results.md is regenerated."""
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import nbformat
+import pytest
+
+from common import results
+from tests.conftest import ROOT
+
+STARTUP_S = 600      # environment check, kernel start and the first cell, on a busy 2-core machine
+STOP_S = 30          # "within seconds": from the signal to the exit of run_all.py
+
+
+def processes():
+    """{pid: (ppid, pgid, state, args)} of every process, from ps."""
+    out = subprocess.run(["ps", "-ww", "-eo", "pid=,ppid=,pgid=,stat=,args="], stdout=subprocess.PIPE,
+                         universal_newlines=True).stdout
+    procs = {}
+    for line in out.splitlines():
+        pid, ppid, pgid, stat, args = (line.split(None, 4) + [""])[:5]
+        procs[int(pid)] = (int(ppid), int(pgid), stat, args)
+    return procs
+
+
+def kernels_of(pid):
+    """The Jupyter kernels run_all.py (``pid``) started: its children running ipykernel."""
+    return [k for k, (ppid, _, _, args) in processes().items() if ppid == pid and "ipykernel" in args]
+
+
+def alive(pgids):
+    """Processes (not zombies) still in any of the process groups ``pgids``."""
+    return [(pid, args) for pid, (_, pgid, stat, args) in processes().items() if pgid in pgids and
+            not stat.startswith("Z")]
+
+
+def executed_cells(path):
+    try:
+        with open(path) as f:
+            nb = json.load(f)
+    except (OSError, ValueError):      # not there yet, or being written
+        return 0
+    return sum(1 for c in nb["cells"] if c["cell_type"] == "code" and c.get("execution_count"))
+
+
+def start_pytorch_run(results_dir):
+    """run_all.py in a session of its own (like a terminal's job), stopped once its notebook runs."""
+    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "run_all.py"), "--preset", "smoke", "--frameworks",
+                             "pytorch", "--no-progress", "--results-dir", results_dir], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                            start_new_session=True)
+    deadline = time.time() + STARTUP_S
+    partial = os.path.join(results_dir, "notebooks", "*.partial.ipynb")
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            pytest.fail("run_all.py ended before its notebook ran (%s):\n%s\n%s" % (proc.returncode, out, err))
+        hits = glob.glob(partial)
+        kernels = kernels_of(proc.pid)
+        if hits and kernels and executed_cells(hits[0]) >= 2:
+            return proc, kernels
+        time.sleep(0.2)
+    proc.kill()
+    pytest.fail("the notebook did not start running within %d s" % STARTUP_S)
+
+
+def stop_and_check(proc, kernels, results_dir, send, status, reason):
+    t0 = time.time()
+    send(proc)
+    try:
+        out, err = proc.communicate(timeout=STOP_S + 30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail("run_all.py did not end after the signal:\n%s\n%s" % (out, err))
+    took = time.time() - t0
+    print(out, err)
+    # exit status, one line on stderr, within seconds
+    assert proc.returncode == status, (proc.returncode, out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("run_all.py: %s" % reason), err
+    assert "during pytorch fp32" in lines[0] and "regenerated" in lines[0]
+    assert took < STOP_S, "took %.1f s to stop" % took
+    # the running target's record
+    recs = results.read_records(os.path.join(results_dir, "records"))
+    assert len(recs) == 1, recs
+    rec = recs[0]
+    assert rec["target"] == "pytorch" and rec["status"] == "failed" and rec["error"].startswith(reason), rec["error"]
+    # the executed part of the notebook, under its final name; no partial files
+    notebooks = os.listdir(os.path.join(results_dir, "notebooks"))
+    assert not [n for n in notebooks if "partial" in n], notebooks
+    leftovers = [p for p in glob.glob(os.path.join(results_dir, "**", "*"), recursive=True) if ".partial" in p]
+    assert not leftovers, leftovers
+    assert notebooks == [os.path.basename(rec["run"]["executed_notebook"])], (notebooks, rec["run"])
+    nb = nbformat.read(os.path.join(results_dir, "notebooks", notebooks[0]), as_version=4)
+    assert sum(1 for c in nb.cells if c.cell_type == "code" and c.get("execution_count")) >= 2
+    # results.md regenerated from the record
+    with open(os.path.join(results_dir, "results.md")) as f:
+        md = f.read()
+    assert "failed: %s" % reason in md, md
+    # no kernel (nor anything it started) survives
+    deadline = time.time() + 5
+    while alive(kernels) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not alive(kernels), alive(kernels)
+    assert not alive([proc.pid]), alive([proc.pid])
+
+
+def test_ctrl_c_in_a_terminal(tmp_path):
+    """A terminal sends SIGINT to the foreground process group."""
+    results_dir = str(tmp_path / "results")
+    proc, kernels = start_pytorch_run(results_dir)
+    stop_and_check(proc, kernels, results_dir, lambda p: os.killpg(p.pid, signal.SIGINT), 130, "interrupted")
+
+
+def test_sigterm_as_timeout_sends_it(tmp_path):
+    """``timeout`` signals run_all.py only (which re-executed itself into the runner's Python, same pid)."""
+    results_dir = str(tmp_path / "results")
+    proc, kernels = start_pytorch_run(results_dir)
+    stop_and_check(proc, kernels, results_dir, lambda p: os.kill(p.pid, signal.SIGTERM), 143, "terminated")
+
+
+SECOND_SIGNAL = textwrap.dedent("""
+    import os, signal, sys, time
+    sys.path.insert(0, %r)
+    from runner import interrupt
+    interrupt.install()
+    try:
+        time.sleep(30)
+    except interrupt.Interrupted as e:
+        print("cleaning up after", e.reason, flush=True)
+        os.kill(os.getpid(), signal.SIGINT)      # the user presses Ctrl-C again
+        time.sleep(30)                           # a slow clean-up
+        print("clean-up finished")
+""" % ROOT)
+
+
+def test_a_second_ctrl_c_during_the_clean_up_exits_at_once():
+    proc = subprocess.Popen([sys.executable, "-c", SECOND_SIGNAL], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            universal_newlines=True)
+    time.sleep(1)
+    t0 = time.time()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=20)
+    assert time.time() - t0 < 10
+    assert proc.returncode == 130
+    assert out.strip() == "cleaning up after interrupted (SIGINT)"
+    assert err.strip() == "run_all.py: SIGINT again during the clean-up; stopped at once"
+
+
+DEFERRED = textwrap.dedent("""
+    import os, signal, sys, time
+    sys.path.insert(0, %r)
+    from runner import interrupt
+    interrupt.install()
+    interrupt.GRACE_S = 2
+    try:
+        with interrupt.deferred():
+            os.kill(os.getpid(), signal.SIGTERM)
+            print("the block goes on", flush=True)
+            time.sleep(0.2)
+            print("and ends", flush=True)
+        print("not reached")
+    except interrupt.Interrupted as e:
+        print(e.reason, e.exit_status)
+    try:
+        interrupt._state["signum"] = None
+        with interrupt.deferred():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(20)                       # a block that does not end: cut short after the grace
+    except interrupt.Interrupted as e:
+        print("cut short:", e.reason)
+""" % ROOT)
+
+
+def test_a_deferred_block_finishes_then_the_signal_is_raised():
+    proc = subprocess.run([sys.executable, "-c", DEFERRED], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True, timeout=30)
+    assert proc.stdout.splitlines() == ["the block goes on", "and ends", "terminated (SIGTERM) 143",
+                                        "cut short: terminated (SIGTERM)"], (proc.stdout, proc.stderr)
+
+
+def test_sigterm_while_the_runner_environment_is_created(tmp_path):
+    """Before run_all.py re-executes itself in .venvs/runner: one line, 143, and no stamp (rebuilt next time)."""
+    base = getattr(sys, "_base_executable", None) or sys.executable
+    env = dict(os.environ, DS2_ENVS_DIR=str(tmp_path / "venvs"))
+    env.pop("DS2_RUNNER", None)
+    proc = subprocess.Popen([base, os.path.join(ROOT, "run_all.py"), "--frameworks", "pytorch"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                            start_new_session=True)
+    deadline = time.time() + 120
+    while not os.path.exists(str(tmp_path / "venvs" / "runner.log")) and time.time() < deadline:
+        time.sleep(0.1)
+    time.sleep(1)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 143, (out, err)
+    lines = err.strip().splitlines()
+    assert lines[0].startswith("Creating the runner environment") and len(lines) == 2, err
+    assert lines[1] == "run_all.py: terminated (SIGTERM) while creating the runner environment"
+    assert not os.path.exists(str(tmp_path / "venvs" / "runner" / ".ds2-stamp.json"))
+    assert not alive([proc.pid])           # pip, venv: nothing of its session is left
