@@ -1,0 +1,62 @@
+"""Issue #16: the CNTK and MXNet notebooks' data-parallel code, run by ``run_all.py --workers 2`` on the
+smoke preset, trains exactly like one worker with the global batch: the first 10 losses within 1e-5
+relative and the same data checksum (``checks.equivalence``, computed by the runner when the
+single-worker record with the global batch is in the same results directory).
+
+Each target runs twice: ``--batch-size 8`` (one worker) and then ``--workers 2 --batch-size 4``
+(2 x 4), into one temporary results directory.  A target whose environment is missing (no CNTK
+interpreter) is skipped, as in tests/test_notebooks.py; ``DS2_TEST_FRAMEWORKS`` selects targets."""
+import os
+
+import pytest
+
+from common import parallel
+from runner import distributed
+from runner.targets import ALL_TARGETS
+from tests.conftest import run_all
+
+selected = os.environ.get("DS2_TEST_FRAMEWORKS", "all")
+DP_TARGETS = [t for t in ("cntk", "mxnet") if selected == "all" or t in selected.split(",")]
+#: what each target's record must name: its launcher and a word of its backend
+EXPECTED = {"cntk": ("mpiexec", "MPI"), "mxnet": ("single", "kvstore")}
+
+
+@pytest.mark.parametrize("target", DP_TARGETS)
+def test_two_workers_equal_one_worker_with_the_global_batch(tmp_path, target):
+    if target == "cntk" and not distributed._which("mpiexec"):
+        pytest.skip("no mpiexec (apt-get install openmpi-bin)")
+    assert "workers" in distributed.notebook_parameter_names(ALL_TARGETS[target].notebook_path)
+    one = run_all(["--preset", "smoke", "--frameworks", target, "--batch-size", "8", "--timeout", "900"], tmp_path)
+    single = one.record(target)
+    if single["status"] == "skipped":
+        pytest.skip("%s: %s" % (target, single["error"]))
+    assert single["status"] == "ok", single["error"]
+    assert "distributed" not in single                      # the single-worker record is the plain one
+
+    two = run_all(["--preset", "smoke", "--frameworks", target, "--workers", "2", "--batch-size", "4",
+                   "--timeout", "900"], tmp_path)
+    recs = [r for r in two.records[target] if (r.get("distributed") or {}).get("world_size") == 2]
+    assert len(recs) == 1, two.output
+    rec = recs[0]
+    assert rec["status"] == "ok", rec["error"]
+    assert two.returncode == 0, two.output
+    d = rec["distributed"]
+    launcher, backend = EXPECTED[target]
+    assert d["launcher"] == launcher and backend in d["backend"], d
+    assert d["notebook_world_size"] == 2 and d["per_worker_batch"] == 4 and d["global_batch"] == 8
+    assert rec["batch_size"] == single["batch_size"] == 8
+
+    eq = rec["checks"]["equivalence"]
+    assert eq["ok"] is True, eq
+    assert eq["steps_compared"] == parallel.EQUIVALENCE_STEPS == 10
+    assert eq["loss_rel_diff"] <= 1e-5 and eq["rel_diff"] <= 1e-5, eq
+    assert eq["checksum_equal"] and rec["data"]["checksum"] == single["data"]["checksum"]
+    assert rec["checks"]["checksum"]["ok"]
+    # the same comparison, recomputed from the two records (not only the runner's word for it)
+    again = parallel.equivalence(rec, single)
+    assert again["ok"] and again["loss_rel_diff"] == pytest.approx(eq["loss_rel_diff"], abs=1e-15)
+    # not vacuous: the losses move (training happened), and both records trained the whole epoch
+    first = parallel.first_losses(rec)
+    assert len(set(first.round(3))) > 5
+    assert len(rec["losses"]["train"]) == len(single["losses"]["train"]) == rec["timing"]["steps"]
+    assert "Data-parallel: W workers against one" in two.markdown()
