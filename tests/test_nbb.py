@@ -22,7 +22,6 @@ NAMES = [] if selected == "all" else [t for t in selected.split(",") if t]
 VARIANTS = {
     "jax+unroll": ("jax", {"variant": "unroll"}),
     "keras-tensorflow+xla": ("keras-tensorflow", {"variant": "xla", "jit_compile": True}),
-    "keras-torch+compile": ("keras-torch", {"variant": "compile", "jit_compile": True}),
 }
 
 
@@ -68,6 +67,8 @@ def test_record_has_the_peak_and_the_variant(smoke, target):
             assert rec["options"][key] == value, (key, rec["options"])
     else:
         assert rec["variant"] == "" and rec["options"]["variant"] == ""
+    if target.startswith("keras"):                         # the training step's own first loss, checked too
+        assert rec["checks"]["step_loss"]["ok"] and rec["checks"]["step_loss"]["rel_diff"] <= 1e-4
     if target.startswith("jax"):
         xla = rec["options"]["xla_compilations"]
         assert xla["epoch"] == 0, xla                      # the timed pass compiles nothing
@@ -83,3 +84,10 @@ def test_variant_trains_like_its_row_of_record(smoke, target):
     b = np.array(row["losses"]["warmup"] + row["losses"]["train"])[:K_STEPS]
     assert len(a) == len(b) == K_STEPS
     assert (np.abs(a - b) / np.abs(b)).max() <= 1e-4, (a.tolist(), b.tolist())
+
+
+@pytest.mark.skipif("keras-torch+compile" not in NAMES, reason="keras-torch+compile is not selected")
+def test_keras_torch_compile_is_refused_with_its_reason(smoke):
+    """torch.compile cannot compile Keras's SimpleRNN step (see the Keras notebook, section 7): the row says why."""
+    rec = smoke.record("keras-torch+compile")
+    assert rec["status"] == "failed" and "recompile" in rec["error"], rec["error"]
