@@ -1,0 +1,93 @@
+"""The JAX/Flax and Keras 3 notebooks: their parameters, and the records of their variants.
+
+The record tests run only for the targets selected in ``DS2_TEST_FRAMEWORKS`` (the variants are not
+in the default selection): e.g. ``DS2_TEST_FRAMEWORKS=jax,jax+unroll python -m tests -k nbb``.
+"""
+import ast
+import json
+import os
+
+import numpy as np
+import pytest
+
+from common.spec import get_preset
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SMOKE = get_preset("smoke")
+K_STEPS = 10
+selected = os.environ.get("DS2_TEST_FRAMEWORKS", "all")
+NAMES = [] if selected == "all" else [t for t in selected.split(",") if t]
+
+#: variant target -> (row of record, what its options must say)
+VARIANTS = {
+    "jax+unroll": ("jax", {"variant": "unroll"}),
+    "keras-tensorflow+xla": ("keras-tensorflow", {"variant": "xla", "jit_compile": True}),
+}
+
+
+def parameters(name):
+    with open(os.path.join(ROOT, "notebooks", name)) as f:
+        nb = json.load(f)
+    cell = [c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", [])][0]
+    src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+    return {t.id: ast.literal_eval(node.value) for node in ast.parse(src).body if isinstance(node, ast.Assign)
+            for t in node.targets}
+
+
+@pytest.mark.parametrize("name", ["JAX_Flax_DS2.ipynb", "Keras3_DS2.ipynb"])
+def test_parameters_name_the_row_of_record_by_default(name):
+    p = parameters(name)
+    assert p["variant"] == "" and p["profile"] is False and p["forward_repeats"] is None
+    assert "jit_compile" not in p          # Keras: `variant` is the one switch
+    if name.startswith("JAX"):
+        assert p["unroll"] is None
+
+
+def ok(smoke, target):
+    rec = smoke.record(target)
+    if rec["status"] == "skipped":
+        pytest.skip("%s: %s" % (target, rec["error"]))
+    assert rec["status"] == "ok", "%s failed: %s" % (target, rec["error"])
+    return rec
+
+
+@pytest.mark.parametrize("target", [t for t in NAMES if t in ("jax", "keras-jax", "keras-torch", "keras-tensorflow")
+                                    or t in VARIANTS])
+def test_record_has_the_peak_and_the_variant(smoke, target):
+    rec = ok(smoke, target)
+    flops = rec["flops"]
+    assert set(flops["peak_matmul"]) == {"square", "input", "recurrent"}
+    assert flops["peak_matmul"]["square"]["shape"] == [SMOKE.peak_square] * 3
+    assert flops["peak_matmul_per_s"] > 0 and flops["achieved_per_s"] > 0
+    assert flops["efficiency"] == pytest.approx(flops["achieved_per_s"] / flops["peak_matmul_per_s"])
+    assert rec["timing"]["forward_repeats"] == SMOKE.forward_repeats
+    if target in VARIANTS:
+        assert rec["variant"] and rec["row_of_record"] == VARIANTS[target][0]
+        for key, value in VARIANTS[target][1].items():
+            assert rec["options"][key] == value, (key, rec["options"])
+    else:
+        assert rec["variant"] == "" and rec["options"]["variant"] == ""
+    if target.startswith("keras"):                         # the training step's own first loss, checked too
+        assert rec["checks"]["step_loss"]["ok"] and rec["checks"]["step_loss"]["rel_diff"] <= 1e-4
+    if target.startswith("jax"):
+        xla = rec["options"]["xla_compilations"]
+        assert xla["epoch"] == 0, xla                      # the timed pass compiles nothing
+        unroll = rec["options"]["scan_unroll"]
+        assert unroll > 1 if target == "jax+unroll" else unroll == 1, unroll
+
+
+@pytest.mark.parametrize("target", [t for t in NAMES if t in VARIANTS and VARIANTS[t][0] in NAMES])
+def test_variant_trains_like_its_row_of_record(smoke, target):
+    """The variant changes how the step runs, not what it computes: its first losses are the row's."""
+    mine, row = ok(smoke, target), ok(smoke, VARIANTS[target][0])
+    a = np.array(mine["losses"]["warmup"] + mine["losses"]["train"])[:K_STEPS]
+    b = np.array(row["losses"]["warmup"] + row["losses"]["train"])[:K_STEPS]
+    assert len(a) == len(b) == K_STEPS
+    assert (np.abs(a - b) / np.abs(b)).max() <= 1e-4, (a.tolist(), b.tolist())
+
+
+@pytest.mark.skipif("keras-torch+compile" not in NAMES, reason="keras-torch+compile is not selected")
+def test_keras_torch_compile_is_refused_with_its_reason(smoke):
+    """torch.compile cannot compile Keras's SimpleRNN step (see the Keras notebook, section 7): the row says why."""
+    rec = smoke.record("keras-torch+compile")
+    assert rec["status"] == "failed" and "recompile" in rec["error"], rec["error"]
