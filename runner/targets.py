@@ -243,13 +243,14 @@ TARGETS = OrderedDict((t.name, t) for t in [
 #: name -> (row of record, label, the notebook's ``variant`` parameter).  The row of record stays the
 #: framework's highest-level API; a variant changes only what its label says, and passes the same checks.
 #: Named ``<row of record>+<variant>``.  No variant: CNTK (cntk.layers has no compiled or fused CPU path
-#: beyond what the row of record uses) and Keras on JAX (its row of record is already one XLA program).
+#: beyond what the row of record uses), Keras on JAX (its row of record is already one XLA program) and Keras on
+#: torch (torch.compile cannot compile Keras's SimpleRNN loop: its time index is a tensor, so Dynamo breaks the
+#: graph and recompiles at every time step; the Keras notebook, section 7, shows it and refuses variant "compile").
 _VARIANTS = [
     ("pytorch+compile", "pytorch", "PyTorch (torch.compile)", "compile"),
     ("tensorflow+xla", "tensorflow", "TensorFlow (tf.keras, XLA)", "xla"),
     ("mxnet+static", "mxnet", "MXNet (Gluon, static_shape)", "static"),
     ("jax+unroll", "jax", "JAX (Flax NNX, unrolled scan)", "unroll"),
-    ("keras-torch+compile", "keras-torch", "Keras 3 (torch backend, jit_compile)", "compile"),
     ("keras-tensorflow+xla", "keras-tensorflow", "Keras 3 (TensorFlow backend, XLA)", "xla"),
 ]
 

@@ -1,7 +1,7 @@
 """The JAX/Flax and Keras 3 notebooks: their parameters, and the records of their variants.
 
-The record tests run only for the targets selected in ``DS2_TEST_FRAMEWORKS`` (the variants are not
-in the default selection): e.g. ``DS2_TEST_FRAMEWORKS=jax,jax+unroll python -m tests -k nbb``.
+The record tests run for the selected targets (tests/conftest.py: every row of record and variant, or
+those of ``DS2_TEST_FRAMEWORKS``, e.g. ``DS2_TEST_FRAMEWORKS=jax python -m tests -k nbb``).
 """
 import ast
 import json
@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 
 from common.spec import get_preset
+from tests.conftest import selected_targets
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMOKE = get_preset("smoke")
 K_STEPS = 10
-selected = os.environ.get("DS2_TEST_FRAMEWORKS", "all")
-NAMES = [] if selected == "all" else [t for t in selected.split(",") if t]
+NAMES = selected_targets()
 
 #: variant target -> (row of record, what its options must say)
 VARIANTS = {
@@ -84,10 +84,3 @@ def test_variant_trains_like_its_row_of_record(smoke, target):
     b = np.array(row["losses"]["warmup"] + row["losses"]["train"])[:K_STEPS]
     assert len(a) == len(b) == K_STEPS
     assert (np.abs(a - b) / np.abs(b)).max() <= 1e-4, (a.tolist(), b.tolist())
-
-
-@pytest.mark.skipif("keras-torch+compile" not in NAMES, reason="keras-torch+compile is not selected")
-def test_keras_torch_compile_is_refused_with_its_reason(smoke):
-    """torch.compile cannot compile Keras's SimpleRNN step (see the Keras notebook, section 7): the row says why."""
-    rec = smoke.record("keras-torch+compile")
-    assert rec["status"] == "failed" and "recompile" in rec["error"], rec["error"]
