@@ -42,6 +42,8 @@ def test_notebook_is_clean_and_parameterised(name):
     assert len(params) == 1, "exactly one cell tagged 'parameters'"
     names = {t.id for node in ast.parse(source(params[0])).body if isinstance(node, ast.Assign) for t in node.targets}
     assert COMMON_PARAMETERS <= names, COMMON_PARAMETERS - names
+    for line in source(params[0]).splitlines():     # papermill skips (and warns about) a line with two '='
+        assert line.count("=") <= 1, "papermill cannot parse the parameter line %r" % line
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
