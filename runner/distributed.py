@@ -181,7 +181,7 @@ TARGET_LAUNCHERS = OrderedDict([
 
 
 def launcher_for(target: Target) -> Optional[Launcher]:
-    name = TARGET_LAUNCHERS.get(target.variant_of or target.name)
+    name = TARGET_LAUNCHERS.get(target.row_of_record)
     return LAUNCHERS[name] if name else None
 
 
@@ -539,6 +539,7 @@ def run_target(target: Target, opts, workers: int, announce=print, python: Optio
     log_prefix = os.path.join(dirs["logs"], stem)
     status_prefix = os.path.join(dirs[".staging"], stem)
     launcher = launcher or launcher_for(target)
+    decision = None                 # the GPU preflight's, once can_run has been asked (below)
     per_worker = opts.preset.batch_size
     section = OrderedDict([("world_size", workers), ("launcher", launcher.name if launcher else None),
                            ("per_worker_batch", per_worker), ("global_batch", per_worker * workers),
@@ -548,7 +549,7 @@ def run_target(target: Target, opts, workers: int, announce=print, python: Optio
         return os.path.relpath(path, ROOT)
 
     def run_section(extra=None):
-        info = execute._run_info(target, gopts, started, None)
+        info = execute._run_info(target, gopts, started, None, decision)
         info.update(script=rel(script) if os.path.exists(script) else None,
                     logs=[rel("%s.rank%d.log" % (log_prefix, r))
                           for r in range(1 if launcher is not None and launcher.kind == "single" else workers)],
@@ -646,7 +647,7 @@ def run_target(target: Target, opts, workers: int, announce=print, python: Optio
                    backend=notebook_section.get("backend"), notebook_world_size=notebook_section.get("world_size"),
                    shards={"sizes_of_a_full_batch": shard_sizes(per_worker * workers, workers)})
     rec["distributed"] = section
-    rec["row_of_record"] = target.variant_of or target.name
+    rec["row_of_record"] = target.row_of_record
     rec["run"] = dict(rec.get("run", {}), **run_section(extra))
     problems = []
     if got != expected:

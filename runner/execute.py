@@ -85,7 +85,7 @@ def expected_checksum(preset: Preset, seed: int) -> str:
 
 def _base_fields(target: Target, opts: RunOptions) -> dict:
     return dict(framework=target.label.split(" (")[0], api=target.label, preset=opts.preset.name,
-                row_of_record=target.variant_of or target.name,
+                row_of_record=target.row_of_record,
                 batch_size=opts.preset.batch_size, scale=opts.preset.scale, seed=opts.seed,
                 precision=opts.precision, config=opts.preset.config.to_dict(),
                 device={"type": opts.device, "name": (opts.gpu or {}).get("name") if opts.device == "cuda"
@@ -179,12 +179,14 @@ def can_run(target: Target, opts: RunOptions):
         decision = preflight.decide(target.env, opts.gpu, opts.gpu_builds.get(target.env))
     if not os.path.exists(target.notebook_path):
         return decision, "failed", "notebook %s does not exist" % os.path.relpath(target.notebook_path, ROOT)
-    if opts.device == "cpu" and target.cpu_precision_reason(opts.precision):
-        return decision, "skipped", target.cpu_precision_reason(opts.precision)
+    why = target.cpu_precision_reason(opts.precision) if opts.device == "cpu" else None
+    if why:
+        return decision, "skipped", why
     if decision is not None and not decision.runs:
         return decision, "skipped", decision.reason
-    if opts.device == "cuda" and preflight.precision_reason(opts.precision, opts.gpu):
-        return decision, "skipped", preflight.precision_reason(opts.precision, opts.gpu)
+    why = preflight.precision_reason(opts.precision, opts.gpu) if opts.device == "cuda" else None
+    if why:
+        return decision, "skipped", why
     if opts.device == "cuda" and opts.precision in target.unsupported_gpu_precisions:
         why = target.unsupported_gpu_precisions[opts.precision]
         return decision, "skipped", "precision %s: %s" % (opts.precision, why)
@@ -300,7 +302,7 @@ def _run(target, opts, announce, finish, done, staged, partial_nb, notebook_out,
         rec.setdefault("checks", {})["checksum"] = {"checksum": got, "expected": expected, "ok": got == expected}
         if got != expected:
             rec["status"], rec["error"] = "failed", "data checksum %s differs from the runner's %s" % (got, expected)
-        rec["row_of_record"] = target.variant_of or target.name
+        rec["row_of_record"] = target.row_of_record
         rec["run"] = dict(rec.get("run", {}), **_run_info(target, opts, started, executed, decision))
         rec["run"]["wall_s"] = time.time() - t0
         return done(rec)

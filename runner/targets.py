@@ -81,6 +81,11 @@ class Target:
         self.cpu_precisions = cpu_precisions                                 # precisions that run on a CPU
         self.cpu_precision_reasons = cpu_precision_reasons or {}            # precision -> why not on a CPU
 
+    @property
+    def row_of_record(self) -> str:
+        """The framework's row of record: this target, or the one it is a variant of."""
+        return self.variant_of or self.name
+
     def cpu_precision_reason(self, precision: str) -> Optional[str]:
         """Why ``precision`` does not run on a CPU for this target, or None when it does."""
         if precision in self.cpu_precisions:

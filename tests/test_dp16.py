@@ -6,17 +6,15 @@ single-worker record with the global batch is in the same results directory).
 Each target runs twice: ``--batch-size 8`` (one worker) and then ``--workers 2 --batch-size 4``
 (2 x 4), into one temporary results directory.  A target whose environment is missing (no CNTK
 interpreter) is skipped, as in tests/test_notebooks.py; ``DS2_TEST_FRAMEWORKS`` selects targets."""
-import os
 
 import pytest
 
 from common import parallel
 from runner import distributed
 from runner.targets import ALL_TARGETS
-from tests.conftest import run_all
+from tests.conftest import run_all, selected_targets
 
-selected = os.environ.get("DS2_TEST_FRAMEWORKS", "all")
-DP_TARGETS = [t for t in ("cntk", "mxnet") if selected == "all" or t in selected.split(",")]
+DP_TARGETS = [t for t in ("cntk", "mxnet") if t in selected_targets()]
 #: what each target's record must name: its launcher and a word of its backend
 EXPECTED = {"cntk": ("mpiexec", "MPI"), "mxnet": ("single", "kvstore")}
 

@@ -13,11 +13,10 @@ import pytest
 
 from common.spec import LOSS_RTOL
 from runner import targets
-from tests.conftest import ROOT
+from tests.conftest import ROOT, selected_targets
 
 NOTEBOOKS = {"mxnet": "MXNet_DS2.ipynb", "cntk": "CNTK_DS2.ipynb"}
-selected = os.environ.get("DS2_TEST_FRAMEWORKS", "all")
-SELECTED = list(targets.ALL_TARGETS) if selected == "all" else [t for t in selected.split(",") if t]
+SELECTED = selected_targets()
 
 
 def notebook(name):
