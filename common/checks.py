@@ -17,7 +17,7 @@ def check_loss(value: float, reference: float, precision: str = "fp32", rtol: Op
 
     The tolerance is the spec's 1e-4 for fp32 (:data:`common.spec.LOSS_RTOL` for the others).
     """
-    check_precision(precision)
+    check_precision(precision, control=True)
     rtol = LOSS_RTOL[precision] if rtol is None else rtol
     value, reference = float(value), float(reference)
     rel = abs(value - reference) / abs(reference) if reference != 0 else abs(value)

@@ -42,7 +42,9 @@ STEPS = [
                                               "is held against."),
     ("profile", "10c. Where the time goes", "One training step under the framework's own profiler, reduced to "
                                             "shares of convolutions, RNN, CTC, BatchNorm and the optimizer."),
-    ("record", "11. Result record", "The JSON record for results.md."),
+    ("export", "11. Export", "The trained model in the canonical format (the inverse of section 5), checked in "
+                             "inference mode against the NumPy reference; the framework's own checkpoint."),
+    ("record", "12. Result record", "The JSON record for results.md."),
 ]
 
 

@@ -16,9 +16,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOKS = sorted(set(t.notebook for t in TARGETS.values()))
 SECTIONS = ["## 1. Environment", "## 2. Parameters", "## 3. Data", "## 4. Model", "## 5. Canonical weights",
             "## 6. Loss and correctness check", "## 7. Optimizer and training step", "## 8. Warm-up",
-            "## 9. Timed epoch", "## 10. Forward-only timing", "## 11. Result record"]
+            "## 9. Timed epoch", "## 10. Forward-only timing", "## 11. Export",
+            "## 12. Result record"]
 COMMON_PARAMETERS = {"preset", "batch_size", "scale", "precision", "seed", "device", "forward_repeats",
-                     "result_path", "target"}
+                     "init_weights", "result_path", "target"}
 
 
 def load(name):
