@@ -11,7 +11,7 @@ proven equal to one worker.  Standard library + NumPy, no framework import; runs
   (``checks.param_summary``), comparable across runs with a tolerance (a hash is not).
 * :func:`equivalence` -- the check of issue #15: the W-worker record against the single-worker record
   with the global batch size (first K = 10 losses, warm-up first, within 1e-5 relative; the parameter
-  summaries when both records have one; the same data checksum).
+  summaries after the epoch, when both records have one, within :data:`PARAM_RTOL`; the same data checksum).
 * :func:`distributed_section` -- what rank 0 writes into the record's ``distributed`` section.
 
 **The contract of a notebook's data-parallel code** (what ``run_all.py --workers W`` expects; the
@@ -49,6 +49,11 @@ import numpy as np
 EQUIVALENCE_STEPS = 10
 #: their largest allowed relative difference (SPEC.md section 8)
 EQUIVALENCE_RTOL = 1e-5
+#: largest allowed relative difference of the parameter summaries after the WHOLE epoch: float32 rounding
+#: of a different summation order (a synchronized BatchNorm's, an all-reduce's) grows with every step --
+#: measured on the smoke preset, 2 x 4 against 1 x 8: MXNet SyncBatchNorm 2.6e-5, CNTK over MPI 3.9e-5,
+#: while the first 10 losses agree to 1e-7; a run with per-worker BatchNorm statistics is 1e-3 away.
+PARAM_RTOL = 1e-4
 
 
 class World(tuple):
@@ -202,11 +207,12 @@ def same_benchmark(a: dict, b: dict) -> Tuple[bool, str]:
 
 
 def equivalence(distributed: dict, single: dict, k: int = EQUIVALENCE_STEPS,
-                rtol: float = EQUIVALENCE_RTOL) -> dict:
+                rtol: float = EQUIVALENCE_RTOL, param_rtol: float = PARAM_RTOL) -> dict:
     """The record field ``checks.equivalence`` of a W-worker record against the single-worker record
-    with the same global batch: max relative difference of the first ``k`` losses (warm-up first), of
-    the parameter summaries when both records have one (``checks.param_summary``), the data checksums,
-    and ``ok`` when all are within ``rtol`` and the checksums are equal."""
+    with the same global batch: max relative difference of the first ``k`` losses (warm-up first;
+    ``rel_diff``, within ``rtol``), of the parameter summaries after the epoch when both records have
+    one (``checks.param_summary``; ``param_rel_diff``, within ``param_rtol``), the data checksums, and
+    ``ok`` when all hold."""
     ok_same, why = same_benchmark(distributed, single)
     out = {"reference_target": single.get("target"), "reference_world_size":
            (single.get("distributed") or {}).get("world_size", 1), "k": k, "rtol": rtol}
@@ -232,15 +238,19 @@ def equivalence(distributed: dict, single: dict, k: int = EQUIVALENCE_STEPS,
     ck_a = (distributed.get("data") or {}).get("checksum")
     ck_b = (single.get("data") or {}).get("checksum")
     out["checksum_equal"] = ck_a is not None and ck_a == ck_b
-    worst = max([out["loss_rel_diff"]] + [v for v in (out["param_rel_diff"], out.get("param_sum_abs_diff"))
-                                          if v is not None])
-    out["rel_diff"] = worst
-    out["ok"] = bool(worst <= rtol and out["checksum_equal"] and out.get("param_count_equal", True)
-                     and n == k)
+    worst = out["loss_rel_diff"]
+    params = [v for v in (out["param_rel_diff"], out.get("param_sum_abs_diff")) if v is not None]
+    worst_params = max(params) if params else None
+    out["rel_diff"] = worst                 # the losses' (the issue's criterion); parameters on their own
+    out["param_rtol"] = param_rtol
+    out["ok"] = bool(worst <= rtol and (worst_params is None or worst_params <= param_rtol)
+                     and out["checksum_equal"] and out.get("param_count_equal", True) and n == k)
     if not out["ok"]:
         reasons = []
         if worst > rtol:
             reasons.append("max relative difference %.2e > %.0e" % (worst, rtol))
+        if worst_params is not None and worst_params > param_rtol:
+            reasons.append("parameter summaries differ by %.2e > %.0e after the epoch" % (worst_params, param_rtol))
         if not out["checksum_equal"]:
             reasons.append("data checksums differ")
         if not out.get("param_count_equal", True):

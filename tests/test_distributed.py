@@ -156,6 +156,9 @@ def test_equivalence_passes_within_1e5_and_fails_beyond():
     eq = parallel.equivalence(near, single)
     assert eq["ok"] and eq["steps_compared"] == 10 and eq["loss_rel_diff"] == pytest.approx(3e-6, rel=1e-3)
     assert eq["param_rel_diff"] == pytest.approx(2e-6, rel=1e-3) and eq["checksum_equal"]
+    drifted = _rec(base, world=2, params=dict(ps, sum_sq=ps["sum_sq"] * (1 + 3e-4)))
+    eq = parallel.equivalence(drifted, single)     # the epoch's parameters have their own, wider tolerance
+    assert not eq["ok"] and eq["rel_diff"] == 0.0 and "parameter summaries differ by 3.00e-04 > 1e-04" in eq["error"]
     far = _rec(base[:9] + [base[9] * 1.001] + base[10:], world=2)
     eq = parallel.equivalence(far, single)
     assert not eq["ok"] and "1.00e-03 > 1e-05" in eq["error"] and eq["param_rel_diff"] is None
