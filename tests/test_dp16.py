@@ -84,6 +84,8 @@ def test_mxnet_dist_sync_equals_one_process_with_each_workers_own_batchnorm_stat
     assert local["checks"]["equivalence"]["ok"] is None          # no reference of its own ...
     loss = local["checks"]["loss"]                                # ... but its first loss is checked: the NumPy
     assert loss["ok"] and loss["rel_diff"] <= 1e-4                # reference with each share's statistics
+    shares = local["checks"]["loss_per_share"]                    # (smoke's first batch, 3 utterances, is given
+    assert shares["ok"] and shares["batch_size"] % 2 == 0         # whole to both devices: a split batch too)
     assert local["export"]["inference"]["ok"] and local["export"]["native"]["ok"]
 
     dist_run = run_all(common + ["--mxnet-dp", "dist_sync"], tmp_path)
@@ -96,6 +98,8 @@ def test_mxnet_dist_sync_equals_one_process_with_each_workers_own_batchnorm_stat
     assert d["notebook_world_size"] == 2 and d["per_worker_batch"] == 4 and d["global_batch"] == 8
     assert len(rec["run"]["logs"]) == 2 and sorted(rec["run"]["ranks"]) == ["0", "1"]
     assert rec["checks"]["loss"]["ok"] and rec["checks"]["loss"]["reference"] == pytest.approx(loss["reference"])
+    assert rec["checks"]["loss_per_share"]["ok"]
+    assert rec["checks"]["loss_per_share"]["reference"] == pytest.approx(shares["reference"])
 
     eq = rec["checks"]["equivalence"]
     assert eq["ok"] is True, eq
