@@ -113,6 +113,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=positive_int, default=1,
                    help="data-parallel processes per target (default 1); --batch-size is then per worker and "
                         "--timeout bounds the whole run (runner/distributed.py, issue #15)")
+    p.add_argument("--mxnet-dp", choices=["sync", "local", "dist_sync"], default="sync",
+                   help="MXNet with --workers W: sync (default: one process, W devices, SyncBatchNorm), local (the same, "
+                        "each device its own BatchNorm statistics), dist_sync (W processes + a ps-lite scheduler and "
+                        "server; per-worker statistics; equals local) (runner/distributed.py MXNET_DP_MODES)")
     p.add_argument("--timeout", type=positive_int, default=None, help="seconds a notebook cell may run (default: no limit)")
     p.add_argument("--results-dir", default=os.path.join(ROOT, "results"),
                    help="where records and executed notebooks go (default: results/)")
@@ -253,6 +257,9 @@ def _main(argv=None) -> int:
     # every path and interpreter is checked before anything is built
     results_dir, output = output_paths(args)
     errors = [] if args.list else path_errors(results_dir, output)
+    if args.mxnet_dp != "sync" and (args.workers < 2 or any(t.row_of_record != "mxnet" for t in targets)):
+        errors.append("--mxnet-dp %s is a data-parallel mode of MXNet: it needs --workers 2 or more and only MXNet "
+                      "targets (mxnet, mxnet+static)" % args.mxnet_dp)
     pythons, notes, python_errors, discovered = resolve_pythons(args, env_names)
     errors += python_errors
     try:
@@ -331,7 +338,7 @@ def _main(argv=None) -> int:
         try:
             if args.workers > 1:
                 from . import distributed
-                statuses.append(distributed.run_target(target, opts, args.workers)["status"])
+                statuses.append(distributed.run_target(target, opts, args.workers, mxnet_dp=args.mxnet_dp)["status"])
             else:
                 statuses.append(execute.run_target(target, opts)["status"])
         except interrupt.Interrupted as e:

@@ -53,7 +53,7 @@ from common.data import shard_sizes
 
 from . import envs
 from .bootstrap import ROOT, EnvError, env_python, last_error_line
-from .targets import ENVS, Target
+from .targets import ENVS, Target, mxnet_kernel_env
 
 WORKER = os.path.join(ROOT, "runner", "dp_worker.py")
 #: the variable that marks every process of one data-parallel run (its value: the run's id)
@@ -112,6 +112,39 @@ def _cntk_env(venv: str) -> Dict[str, str]:
     return {"LD_LIBRARY_PATH": os.path.join(venv, "mpi-compat")}
 
 
+def _mxnet_env(venv: str) -> Dict[str, str]:
+    """The MXNet kernel's environment (the CUDA 11 wheels' library path of a GPU build; nothing on a CPU), with the
+    kernel spec's ``${LD_LIBRARY_PATH}`` expanded for a plain process."""
+    env = mxnet_kernel_env(venv)
+    if "LD_LIBRARY_PATH" in env:
+        env["LD_LIBRARY_PATH"] = env["LD_LIBRARY_PATH"].replace(
+            "${LD_LIBRARY_PATH}", os.environ.get("LD_LIBRARY_PATH", "")).rstrip(os.pathsep)
+    return env
+
+
+#: MXNet's data-parallel modes (``run_all.py --workers W --mxnet-dp MODE``): the notebook's ``kvstore`` and
+#: ``sync_batchnorm`` parameters, the launcher, the record name's suffix and the run each must equal
+MXNET_DP_MODES = OrderedDict([
+    ("sync", {"parameters": {}, "launcher": "single", "suffix": "", "reference": "single-worker",
+              "doc": "one process, W devices, kvstore 'device', SyncBatchNorm: equals one worker with batch W*b"}),
+    ("local", {"parameters": {"kvstore": "device", "sync_batchnorm": False}, "launcher": "single",
+               "suffix": "_localbn", "reference": None,
+               "doc": "one process, W devices, kvstore 'device', each device its own BatchNorm statistics: the "
+                      "reference of dist_sync (its first loss is checked against the NumPy reference per share)"}),
+    ("dist_sync", {"parameters": {"kvstore": "dist_sync", "sync_batchnorm": False}, "launcher": "mxnet_dist_sync",
+                   "suffix": "_dist_sync", "reference": "local",
+                   "doc": "W worker processes + a ps-lite scheduler + a server, kvstore 'dist_sync', each process its "
+                          "own BatchNorm statistics (MXNet 1.9 cannot synchronise them across processes): equals "
+                          "'local'"}),
+])
+
+
+def _ps_env(world: int, port: int) -> Dict[str, str]:
+    """What every process of an MXNet dist_sync run reads (ps-lite): the scheduler's address, the node counts."""
+    return {"DMLC_PS_ROOT_URI": "127.0.0.1", "DMLC_PS_ROOT_PORT": str(port), "DMLC_NUM_SERVER": "1",
+            "DMLC_NUM_WORKER": str(world), "DMLC_NODE_HOST": "127.0.0.1"}
+
+
 LAUNCHERS = OrderedDict((l.name, l) for l in [
     Launcher("torchrun", "torchrun", "gloo (CPU) / nccl (CUDA), chosen by the notebook",
              "<venv>/bin/torchrun --standalone --nnodes 1 --nproc_per_node W --max-restarts 0 "
@@ -154,10 +187,21 @@ LAUNCHERS = OrderedDict((l.name, l) for l in [
                                  "or mx.gpu(0..W-1))",
              "<venv>/bin/python runner/dp_worker.py ... script.py (workers=W)",
              ran_here="yes: the DS2 MXNet notebook, W=2 on smoke over mx.cpu(0), mx.cpu(1) (kvstore 'device', "
-                      "SyncBatchNorm, one thread per device): 2 x 4 = 1 x 8 to 1e-7 (tests/test_dp16.py); "
-                      "multi-process dist_sync is not wired into run_all.py (issue #16, not done)",
-             multinode="MXNet dist_sync: DMLC_ROLE=scheduler, server or worker, DMLC_PS_ROOT_URI/PORT, "
-                       "DMLC_NUM_SERVER, DMLC_NUM_WORKER on every process (not run here)"),
+                      "SyncBatchNorm, one thread per device): 2 x 4 = 1 x 8 to 1e-7 (tests/test_dp16.py); with "
+                      "--mxnet-dp local (each device its own BatchNorm statistics) the reference of dist_sync",
+             multinode="see mxnet_dist_sync", extra_env=_mxnet_env),
+    Launcher("mxnet_dist_sync", "ps", "MXNet kvstore 'dist_sync' (ps-lite parameter server over TCP)",
+             "W x <venv>/bin/python runner/dp_worker.py ... script.py (DMLC_ROLE=worker, RANK=r), then "
+             "<venv>/bin/python -c 'import mxnet' with DMLC_ROLE=scheduler and DMLC_ROLE=server; every process "
+             "DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=P DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=W "
+             "DMLC_NODE_HOST=127.0.0.1 (run_all.py --mxnet-dp dist_sync)",
+             ran_here="yes: the DS2 MXNet notebook, W=2 on smoke (kvstore 'dist_sync', update_on_kvstore=False, "
+                      "each worker its own BatchNorm statistics) against --mxnet-dp local (tests/test_dp16.py)",
+             multinode="the scheduler on host0 (DMLC_ROLE=scheduler, DMLC_PS_ROOT_URI=host0, DMLC_PS_ROOT_PORT=P), "
+                       "servers and workers on every host with the same DMLC_* variables and DMLC_NODE_HOST = the "
+                       "host's own address; MXNet's tools/launch.py does this over ssh but fails on Python >= 3.9 "
+                       "(Thread.isAlive) (not run here)",
+             extra_env=_mxnet_env),
     Launcher("python", "processes", "whatever the script initialises (torchrun's env:// variables are set)",
              "W x python runner/dp_worker.py ... script.py, each with RANK, WORLD_SIZE, LOCAL_RANK, "
              "MASTER_ADDR=127.0.0.1, MASTER_PORT=P",
@@ -352,6 +396,14 @@ def _log_line(log_prefix: str, rank: int) -> str:
     return results.one_line(last_error_line("\n".join(lines)), 200) if lines else "empty log"
 
 
+def _role_log_line(path: str) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            return results.one_line(last_error_line(f.read()[-20000:]), 200)
+    except OSError:
+        return "no log"
+
+
 def _describe_code(code: Optional[int]) -> str:
     if code is None:
         return "still running"
@@ -414,6 +466,7 @@ def launch(launcher: Launcher, python: str, script: str, world: int, log_prefix:
     if launcher.extra_env and venv:
         base_env.update(launcher.extra_env(venv))
     ranks = 1 if launcher.kind == "single" else world     # processes with a rank (and a log and a status)
+    ps_roles = []                                          # kind "ps": the processes after the W workers
     for stale in range(ranks):
         for path in ("%s.rank%d.status.json" % (status_prefix, stale), "%s.rank%d.log" % (log_prefix, stale)):
             if os.path.exists(path):
@@ -434,6 +487,16 @@ def launch(launcher: Launcher, python: str, script: str, world: int, log_prefix:
         specs.append((argv + [python] + worker, base_env, launcher_log))
     elif launcher.kind == "single":
         specs.append(([python] + worker, base_env, launcher_log))
+    elif launcher.kind == "ps":      # MXNet dist_sync: W workers, then the ps-lite scheduler and one server
+        ps = _ps_env(world, free_ports(1)[0])
+        for rank in range(world):
+            rank_env = dict(base_env, DMLC_ROLE="worker", RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
+                            **ps)
+            specs.append(([python] + worker, rank_env, "%s.rank%d.log" % (log_prefix, rank)))
+        for role in ("scheduler", "server"):   # `import mxnet` with DMLC_ROLE=scheduler|server serves, then exits
+            ps_roles.append(role)
+            specs.append(([python, "-c", "import mxnet"], dict(base_env, DMLC_ROLE=role, **ps),
+                          "%s.%s.log" % (log_prefix, role)))
     elif launcher.kind == "processes":
         ports = free_ports(world if launcher.ports < 0 else launcher.ports)
         for rank in range(world):
@@ -486,7 +549,12 @@ def launch(launcher: Launcher, python: str, script: str, world: int, log_prefix:
     if ok and lingered:
         announce("  note: every rank finished, but processes lingered %g s after it; stopped them" % linger)
     reason = None if ok else failure_reason(ranks, statuses, log_prefix, launcher_log, codes,
-                                            launcher.kind == "processes", timed_out, first_exit)
+                                            launcher.kind in ("processes", "ps"), timed_out, first_exit)
+    if not ok and first_exit is not None and first_exit[0] >= ranks and ps_roles and \
+            not any(s.get("status") == "failed" for s in statuses.values()):
+        role = ps_roles[first_exit[0] - ranks]
+        reason = "the MXNet ps-lite %s died (%s): %s" % (role, _describe_code(first_exit[1]),
+                                                         _role_log_line("%s.%s.log" % (log_prefix, role)))
     return LaunchResult(ok, reason, codes, statuses, time.time() - t0, commands)
 
 
@@ -499,10 +567,10 @@ def _global_opts(opts, workers: int):
     return g
 
 
-def record_stem(target: Target, opts, workers: int) -> str:
-    """The single-worker stem of the *global* batch, plus ``_w<W>``."""
+def record_stem(target: Target, opts, workers: int, mxnet_dp: str = "sync") -> str:
+    """The single-worker stem of the *global* batch, plus ``_w<W>`` (and an MXNet mode's suffix)."""
     from .execute import record_stem as single_stem
-    return single_stem(target, _global_opts(opts, workers)) + "_w%d" % workers
+    return single_stem(target, _global_opts(opts, workers)) + "_w%d" % workers + MXNET_DP_MODES[mxnet_dp]["suffix"]
 
 
 def no_dp_reason(target: Target, launcher: Optional[Launcher] = None) -> Optional[str]:
@@ -518,18 +586,20 @@ def no_dp_reason(target: Target, launcher: Optional[Launcher] = None) -> Optiona
 
 
 def run_target(target: Target, opts, workers: int, announce=print, python: Optional[str] = None,
-               launcher: Optional[Launcher] = None, grace: float = GRACE_S) -> dict:
+               launcher: Optional[Launcher] = None, grace: float = GRACE_S, mxnet_dp: str = "sync") -> dict:
     """Run ``target`` with ``workers`` processes and write its record (``<stem>_w<W>.json``); returns it.
 
     ``python`` / ``launcher`` override the target's environment interpreter and launcher (the tests run
     a standard-library fixture notebook in the runner's own interpreter with the "python" launcher).
+    ``mxnet_dp``: MXNet's mode (:data:`MXNET_DP_MODES`; "sync" for every other framework).
     """
     from . import execute
     if workers < 2:
         raise ValueError("run_target runs 2 or more workers; one worker is execute.run_target")
+    mode = MXNET_DP_MODES[mxnet_dp]
     started = results.utc_now()
     gopts = _global_opts(opts, workers)
-    stem = record_stem(target, opts, workers)
+    stem = record_stem(target, opts, workers, mxnet_dp)
     dirs = {k: os.path.join(opts.results_dir, k) for k in ("records", ".staging", "logs")}
     for d in dirs.values():
         os.makedirs(d, exist_ok=True)
@@ -538,12 +608,16 @@ def run_target(target: Target, opts, workers: int, announce=print, python: Optio
     script = os.path.join(dirs[".staging"], stem + ".py")
     log_prefix = os.path.join(dirs["logs"], stem)
     status_prefix = os.path.join(dirs[".staging"], stem)
+    if launcher is None and mxnet_dp != "sync" and target.row_of_record == "mxnet":
+        launcher = LAUNCHERS[mode["launcher"]]
     launcher = launcher or launcher_for(target)
     decision = None                 # the GPU preflight's, once can_run has been asked (below)
     per_worker = opts.preset.batch_size
     section = OrderedDict([("world_size", workers), ("launcher", launcher.name if launcher else None),
                            ("per_worker_batch", per_worker), ("global_batch", per_worker * workers),
                            ("shards", None)])
+    if target.row_of_record == "mxnet":
+        section["mxnet_dp"] = mxnet_dp
 
     def rel(path):
         return os.path.relpath(path, ROOT)
@@ -568,6 +642,9 @@ def run_target(target: Target, opts, workers: int, announce=print, python: Optio
         return rec
 
     # 1. can it run data-parallel here at all?
+    if mxnet_dp != "sync" and target.row_of_record != "mxnet":
+        return finish("skipped", "--mxnet-dp %s is a mode of MXNet's data-parallel code, not of %s" % (mxnet_dp,
+                                                                                                target.name))
     if launcher is None:
         return finish("skipped", "no data-parallel launcher is defined for %s (runner/distributed.py)" % target.name)
     decision, status, why = execute.can_run(target, opts)
@@ -599,7 +676,7 @@ def run_target(target: Target, opts, workers: int, announce=print, python: Optio
     if launcher.kind == "torchrun" and not os.path.exists(os.path.join(os.path.dirname(python), "torchrun")):
         return finish("failed", "torchrun not found next to %s" % python)
     # 3. the script: the notebook, parameterised, as code
-    parameters = dict(execute.notebook_parameters(target, gopts, staged), workers=workers)
+    parameters = dict(execute.notebook_parameters(target, gopts, staged), workers=workers, **mode["parameters"])
     for path in (staged, script):
         if os.path.exists(path):
             os.remove(path)
@@ -659,9 +736,16 @@ def run_target(target: Target, opts, workers: int, announce=print, python: Optio
     if rec.get("batch_size") != per_worker * workers:
         problems.append("rank 0's record has batch size %r, not the global %d" % (rec.get("batch_size"),
                                                                                  per_worker * workers))
-    # 6. the equivalence with one worker and the global batch, when that record exists
-    single_path = os.path.join(dirs["records"], execute.record_stem(target, gopts) + ".json")
-    rec["checks"]["equivalence"] = equivalence_with(rec, single_path)
+    # 6. the equivalence with one worker and the global batch (MXNet dist_sync: with its 'local' run), when that
+    #    record exists
+    if mode["reference"] is None:
+        rec["checks"]["equivalence"] = {"ok": None, "note": "each device its own BatchNorm statistics: not one "
+                                        "worker's computation; the reference of --mxnet-dp dist_sync"}
+    else:
+        single_path = os.path.join(dirs["records"], (execute.record_stem(target, gopts) if mode["reference"] ==
+                                                     "single-worker" else record_stem(target, opts, workers,
+                                                                                      mode["reference"])) + ".json")
+        rec["checks"]["equivalence"] = equivalence_with(rec, single_path)
     eq = rec["checks"]["equivalence"]
     if eq.get("ok") is False:
         problems.append("not equivalent to the single-worker run %s: %s" % (eq.get("reference"), eq.get("error")))
@@ -682,6 +766,12 @@ def equivalence_with(rec: dict, single_path: str) -> dict:
     """``checks.equivalence`` of a W-worker record against the single-worker record at ``single_path``."""
     reference = os.path.relpath(single_path, ROOT)
     if not os.path.exists(single_path):
+        d = rec.get("distributed") or {}
+        if d.get("mxnet_dp") == "dist_sync":
+            return {"reference": reference, "ok": None,
+                    "note": "no --mxnet-dp local record yet: run_all.py --frameworks %s --workers %s --batch-size %s "
+                            "--mxnet-dp local (same preset, scale, seed) records it"
+                            % (rec.get("target"), d.get("world_size"), d.get("per_worker_batch"))}
         return {"reference": reference, "ok": None,
                 "note": "no single-worker record with the global batch yet: run_all.py --frameworks %s "
                         "--batch-size %s (same preset, scale, seed) records one" % (rec.get("target"),
@@ -714,7 +804,9 @@ def launcher_table_markdown() -> str:
     rows = ["| Launcher | Targets | Kind | Command (one host) | Run here | Multi-node (not run here) |",
             "|---|---|---|---|---|---|"]
     for l in LAUNCHERS.values():
-        targets = ", ".join(t for t, n in TARGET_LAUNCHERS.items() if n == l.name) or "tests"
+        targets = ", ".join(t for t, n in TARGET_LAUNCHERS.items() if n == l.name) or \
+            ", ".join("%s (--mxnet-dp %s)" % (t, m) for t in ("mxnet",) for m, spec in MXNET_DP_MODES.items()
+                      if spec["launcher"] == l.name) or "tests"
         rows.append("| %s | %s | %s | `%s` | %s | %s |" % (l.name, targets, l.kind, l.command, l.ran_here, l.multinode))
     return "\n".join(rows) + "\n"
 
@@ -732,6 +824,25 @@ def single_worker_twin(rec: dict, records: List[dict]) -> Optional[dict]:
     return None
 
 
+def equivalence_twin(rec: dict, records: List[dict]) -> Optional[dict]:
+    """The completed record ``rec`` must equal: one worker with the global batch, or -- MXNet dist_sync -- the
+    one-process run with each device's own BatchNorm statistics (``--mxnet-dp local``) of the same world size."""
+    d = rec.get("distributed") or {}
+    mode = d.get("mxnet_dp", "sync")
+    if MXNET_DP_MODES.get(mode, {}).get("reference") == "single-worker":
+        return single_worker_twin(rec, records)
+    if mode != "dist_sync":
+        return None
+    keys = ("target", "preset", "scale", "seed", "precision", "batch_size")
+    for other in records:
+        o = other.get("distributed") or {}
+        if other.get("status") == "ok" and o.get("mxnet_dp") == "local" and o.get("world_size") == d.get("world_size") \
+                and all(other.get(k) == rec.get(k) for k in keys) and \
+                (other.get("device") or {}).get("name") == (rec.get("device") or {}).get("name"):
+            return other
+    return None
+
+
 def equivalence_rows(records: List[dict]) -> List[OrderedDict]:
     """One row per data-parallel record: how it ran, and its equivalence with one worker (computed here
     from the records, so a single-worker run made after the W-worker run counts too)."""
@@ -740,12 +851,14 @@ def equivalence_rows(records: List[dict]) -> List[OrderedDict]:
         d = rec.get("distributed") or {}
         if d.get("world_size", 1) < 2:
             continue
-        twin = single_worker_twin(rec, records) if rec.get("status") == "ok" else None
+        twin = equivalence_twin(rec, records) if rec.get("status") == "ok" else None
         eq = parallel.equivalence(rec, twin) if twin else {}
         speed = (rec.get("timing") or {}).get("audio_s_per_s")
         speed1 = ((twin or {}).get("timing") or {}).get("audio_s_per_s")
         rows.append(OrderedDict([
-            ("Row", "%s %s" % (rec["target"], rec.get("precision") or "")), ("Status", rec["status"]),
+            ("Row", "%s %s%s" % (rec["target"], rec.get("precision") or "",
+                                 " (%s)" % d["mxnet_dp"] if d.get("mxnet_dp", "sync") != "sync" else "")),
+            ("Status", rec["status"]),
             ("Workers", d.get("world_size")), ("Launcher", d.get("launcher")), ("Backend", d.get("backend")),
             ("Batch per worker / global", "%s / %s" % (d.get("per_worker_batch"), d.get("global_batch"))),
             ("BatchNorm sync", d.get("sync_batchnorm")),
@@ -753,8 +866,10 @@ def equivalence_rows(records: List[dict]) -> List[OrderedDict]:
             ("Max rel. diff, first %d losses" % parallel.EQUIVALENCE_STEPS, eq.get("loss_rel_diff")),
             ("Params rel. diff", eq.get("param_rel_diff")),
             ("Equivalent", ("pass" if eq["ok"] else "FAIL: " + eq.get("error", "")) if eq else
-             ("no single-worker record with batch %s" % rec.get("batch_size") if rec["status"] == "ok"
-              else "%s: %s" % (rec["status"], rec.get("error")))),
+             ("the reference of dist_sync (each device its own BatchNorm statistics)" if d.get("mxnet_dp") == "local"
+              else "no --mxnet-dp local record of %d workers" % d.get("world_size", 0)
+              if d.get("mxnet_dp") == "dist_sync" else "no single-worker record with batch %s" % rec.get("batch_size"))
+             if rec["status"] == "ok" else "%s: %s" % (rec["status"], rec.get("error"))),
         ]))
     return rows
 

@@ -58,3 +58,58 @@ def test_two_workers_equal_one_worker_with_the_global_batch(tmp_path, target):
     assert len(set(first.round(3))) > 5
     assert len(rec["losses"]["train"]) == len(single["losses"]["train"]) == rec["timing"]["steps"]
     assert "Data-parallel: W workers against one" in two.markdown()
+
+
+# ---- MXNet dist_sync: W processes and a parameter server (issue #16) ---------------------------------------------
+def _mode_record(run, mode):
+    recs = [r for r in run.records.get("mxnet", []) if (r.get("distributed") or {}).get("mxnet_dp") == mode]
+    assert len(recs) == 1, run.output
+    return recs[0]
+
+
+@pytest.mark.skipif("mxnet" not in selected_targets(), reason="the mxnet target is not selected")
+def test_mxnet_dist_sync_equals_one_process_with_each_workers_own_batchnorm_statistics(tmp_path):
+    """``--mxnet-dp dist_sync`` (2 worker processes, a ps-lite scheduler and server, kvstore 'dist_sync', each worker
+    its own BatchNorm statistics: MXNet 1.9 cannot synchronise them across processes) against ``--mxnet-dp local``
+    (one process, 2 devices, kvstore 'device', plain BatchNorm per device): the same computation, so the first 10
+    losses and the trained parameters (running statistics included) agree within 1e-5."""
+    common = ["--preset", "smoke", "--frameworks", "mxnet", "--workers", "2", "--batch-size", "4", "--timeout", "900"]
+    local_run = run_all(common + ["--mxnet-dp", "local"], tmp_path)
+    local = _mode_record(local_run, "local")
+    if local["status"] == "skipped":
+        pytest.skip("mxnet: %s" % local["error"])
+    assert local["status"] == "ok", local["error"]
+    d = local["distributed"]
+    assert d["launcher"] == "single" and d["kvstore"] == "device" and d["batchnorm_statistics"] == "per_worker"
+    assert local["checks"]["equivalence"]["ok"] is None          # no reference of its own ...
+    loss = local["checks"]["loss"]                                # ... but its first loss is checked: the NumPy
+    assert loss["ok"] and loss["rel_diff"] <= 1e-4                # reference with each share's statistics
+    shares = local["checks"]["loss_per_share"]                    # (smoke's first batch, 3 utterances, is given
+    assert shares["ok"] and shares["batch_size"] % 2 == 0         # whole to both devices: a split batch too)
+    assert local["export"]["inference"]["ok"] and local["export"]["native"]["ok"]
+
+    dist_run = run_all(common + ["--mxnet-dp", "dist_sync"], tmp_path)
+    rec = _mode_record(dist_run, "dist_sync")
+    assert rec["status"] == "ok", rec["error"]
+    assert dist_run.returncode == 0, dist_run.output
+    d = rec["distributed"]
+    assert d["launcher"] == "mxnet_dist_sync" and "dist_sync" in d["backend"] and d["kvstore"] == "dist_sync"
+    assert d["batchnorm_statistics"] == "per_worker" and "cannot synchronise" in d["sync_batchnorm"]
+    assert d["notebook_world_size"] == 2 and d["per_worker_batch"] == 4 and d["global_batch"] == 8
+    assert len(rec["run"]["logs"]) == 2 and sorted(rec["run"]["ranks"]) == ["0", "1"]
+    assert rec["checks"]["loss"]["ok"] and rec["checks"]["loss"]["reference"] == pytest.approx(loss["reference"])
+    assert rec["checks"]["loss_per_share"]["ok"]
+    assert rec["checks"]["loss_per_share"]["reference"] == pytest.approx(shares["reference"])
+
+    eq = rec["checks"]["equivalence"]
+    assert eq["ok"] is True, eq
+    assert eq["reference"].endswith("_w2_localbn.json") and eq["reference_world_size"] == 2
+    assert eq["steps_compared"] == parallel.EQUIVALENCE_STEPS == 10 and eq["loss_rel_diff"] <= 1e-5
+    assert eq["param_rel_diff"] is not None and eq["param_rel_diff"] <= 1e-5
+    again = parallel.equivalence(rec, local)
+    assert again["ok"] and again["loss_rel_diff"] == pytest.approx(eq["loss_rel_diff"], abs=1e-15)
+    first = parallel.first_losses(rec)
+    assert len(set(first.round(3))) > 5
+    assert len(rec["losses"]["train"]) == len(local["losses"]["train"]) == rec["timing"]["steps"]
+    assert rec["export"]["inference"]["ok"] and rec["export"]["train_loss"]["ok"]
+    assert "mxnet fp32 (dist_sync)" in dist_run.markdown()
