@@ -11,6 +11,10 @@ rule (``common.reference.update_running_stats`` with the batch statistics of tha
   UNBIASED batch variance (the canonical convention): measured, with both alternatives shown to be further off;
 * the check cell's training-mode pass left the loaded statistics as they were (0 and 1).
 
+And what ``run_all.py --migrate`` runs (the code cells through ``rosetta:check``, then ``rosetta:export``): a
+canonical file with running statistics that are not 0 and 1 goes in and comes out bit-identical, checked in
+inference mode; a file that lacks a name stops the notebook in section 5 with one ``WeightsError`` line.
+
 Runs the notebook in the CNTK kernel (``ds2-cntk-cpu-*`` registered in the runner environment); skipped
 without it.  About a minute on 2 cores, most of it CNTK's start."""
 import glob
@@ -23,6 +27,8 @@ import nbformat
 import numpy as np
 import pytest
 
+from common.spec import get_preset
+from common.weights import canonical_state, load_weights, save_weights
 from tests.conftest import ROOT
 
 NOTEBOOK = os.path.join(ROOT, "notebooks", "CNTK_DS2.ipynb")
@@ -76,18 +82,36 @@ def trimmed_notebook(out_path):
     return nb
 
 
-@pytest.fixture(scope="module")
-def measured(tmp_path_factory):
+def migration_notebook():
+    """What run_all.py --migrate runs: the code cells through rosetta:check, then rosetta:export."""
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    tags = [c.metadata.get("tags", []) for c in code]
+    check = next(i for i, t in enumerate(tags) if "rosetta:check" in t)
+    nb.cells = code[:check + 1] + [next(c for c, t in zip(code, tags) if "rosetta:export" in t)]
+    return nb
+
+
+def papermill(nb, tmp, *params):
     kernel = cntk_kernel()
     if kernel is None:
         pytest.skip("no CNTK kernel (ds2-cntk-cpu-*) in %s" % sys.prefix)
-    tmp = tmp_path_factory.mktemp("cntk_bn")
-    nb_in, nb_out, out = str(tmp / "in.ipynb"), str(tmp / "out.ipynb"), str(tmp / "bn.json")
-    nbformat.write(trimmed_notebook(out), nb_in)
-    proc = subprocess.run([sys.executable, "-m", "papermill", nb_in, nb_out, "-k", kernel, "-p", "preset", "smoke",
-                           "-p", "device", "cpu", "-p", "result_path", str(tmp / "records" / "r.json"),
-                           "--cwd", os.path.join(ROOT, "notebooks")],
+    nb_in, nb_out = str(tmp / "in.ipynb"), str(tmp / "out.ipynb")
+    nbformat.write(nb, nb_in)
+    args = ["-p", "preset", "smoke", "-p", "device", "cpu", "-p", "result_path", str(tmp / "records" / "r.json")]
+    for name, value in params:
+        args += ["-p", name, value]
+    proc = subprocess.run([sys.executable, "-m", "papermill", nb_in, nb_out, "-k", kernel] + args
+                          + ["--cwd", os.path.join(ROOT, "notebooks")],
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, timeout=900)
+    return proc, nbformat.read(nb_out, as_version=4) if os.path.exists(nb_out) else None
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("cntk_bn")
+    out = str(tmp / "bn.json")
+    proc, _ = papermill(trimmed_notebook(out), tmp)
     assert proc.returncode == 0, proc.stdout[-3000:]
     with open(out) as f:
         return json.load(f)
@@ -136,3 +160,41 @@ def test_cntk_batchnormalization_weights_by_its_time_constant_and_keeps_the_unbi
         assert got[0] < 1e-5 and got[1] < 1e-5, name
         assert rel(d["after_var"], var_biased) > 10 * got[1], name           # the biased variance is further off
         assert rel(d["after_mean"], mean_m) > 1e-3, name                    # and so is momentum 0.1
+
+
+def test_migration_cells_round_trip_a_canonical_file_bit_for_bit(tmp_path):
+    cfg = get_preset("smoke").config
+    state = canonical_state(cfg, 3)
+    rng = np.random.RandomState(3)                    # running statistics that are not the initial 0 and 1
+    for name in cfg.running_stat_shapes():
+        state[name] = (rng.uniform(-0.2, 0.2, state[name].shape) if name.endswith(".mean")
+                       else rng.uniform(0.5, 2.0, state[name].shape)).astype(np.float32)
+    source = str(tmp_path / "source.npz")
+    save_weights(source, state)
+    proc, _ = papermill(migration_notebook(), tmp_path, ("init_weights", source))
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    exported = load_weights(str(tmp_path / "weights" / "r.npz"))
+    assert sorted(exported) == sorted(state)
+    for name in state:
+        assert np.array_equal(exported[name], state[name]), name
+    with open(str(tmp_path / "weights" / "r.export.json")) as f:
+        info = json.load(f)
+    assert info["init_weights"] == source and info["inference"]["ok"] and info["native"]["ok"]
+    assert info["inference"]["logits_max_rel"] < 1e-5 and info["native"]["logits_max_abs"] == 0.0
+
+
+def test_a_file_without_a_canonical_name_stops_in_section_5_with_one_line(tmp_path):
+    cfg = get_preset("smoke").config
+    state = canonical_state(cfg, 0)
+    del state["bd1.bn.var"]
+    broken = str(tmp_path / "broken.npz")
+    save_weights(broken, state)
+    proc, nb = papermill(migration_notebook(), tmp_path, ("init_weights", broken))
+    assert proc.returncode != 0
+    errors = [(c, o) for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    assert len(errors) == 1
+    cell, error = errors[0]
+    assert "rosetta:weights" in cell.metadata.get("tags", [])
+    assert error["ename"] == "WeightsError"
+    assert error["evalue"] == "weights file %s lacks bd1.bn.var (1 canonical names missing)" % broken
+    assert not os.path.exists(str(tmp_path / "weights" / "r.npz"))
