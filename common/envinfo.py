@@ -151,6 +151,9 @@ def cpu_theoretical_peak(precision: str = "fp32") -> Optional[dict]:
     per_cycle = fma_units * lanes * 2
     basis = "%d logical CPUs x %d FMA units x %d fp32 lanes (%s) x 2 FLOPs x %.2f GHz" % (
         cores, fma_units, lanes, isa, clock / 1e9)
+    if precision == "fp64":                # the float64 control: half the lanes
+        per_cycle //= 2
+        basis = basis.replace("%d fp32 lanes" % lanes, "%d fp64 lanes" % (lanes // 2))
     if precision == "bf16":
         if "amx_bf16" in flags:
             per_cycle, basis = 1024, "%d logical CPUs x 1024 bf16 FLOPs per cycle (AMX) x %.2f GHz" % (cores, clock / 1e9)
