@@ -100,14 +100,15 @@ def trim_notebook(nb, name: str = "the notebook"):
     for c in out["cells"]:
         if c["cell_type"] == "code":
             c["outputs"], c["execution_count"] = [], None
-    return out
+    import nbformat
+    return nbformat.from_dict(out)
 
 
 def write_trimmed(notebook_path: str, out_path: str) -> str:
     """Read ``notebook_path``, trim it (:func:`trim_notebook`) and write it to ``out_path``."""
     import nbformat
     nb = nbformat.read(notebook_path, as_version=4)
-    trimmed = nbformat.from_dict(trim_notebook(nb, os.path.relpath(notebook_path, ROOT)))
+    trimmed = trim_notebook(nb, os.path.relpath(notebook_path, ROOT))
     os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
     tmp = out_path + ".partial"
     nbformat.write(trimmed, tmp)
@@ -387,10 +388,14 @@ def _evaluate(rec, src, source, destination, opts, paths, finish) -> dict:
         return finish("failed", "%s's inference check of the loaded export did not pass" % destination.name)
     if rec["logits"]["max_rel"] > rtol:
         # both sides passed their check against the NumPy reference within LOGIT_RTOL: beyond twice that, the
-        # source's logits file and weights file do not belong together
-        return finish("failed", "%s's logits differ from %s's own by %.3g relative (> %.0e: each was checked "
-                                "within %.0e of the NumPy reference)" % (destination.name, source.name,
-                                                                         rec["logits"]["max_rel"], rtol, rtol / 2))
+        # destination did not compute with the source's weights, or the source's logits file is not its weights'
+        re = rec["reexport"]
+        why = ("its re-export differs from the file it loaded by %.3g at %s: does its section 5 load init_weights?"
+               % (re["max_abs"], re.get("tensor")) if (re.get("max_abs") or 0) > 1e-6
+               else "the source's logits file does not belong to its weights file")
+        return finish("failed", "%s's logits differ from %s's own by %.3g relative (> %.0e; each was checked within "
+                                "%.0e of the NumPy reference): %s" % (destination.name, source.name,
+                                                                      rec["logits"]["max_rel"], rtol, rtol / 2, why))
     if rec["round_trip"] is not None and not rec["round_trip"]["ok"]:
         return finish("failed", "round trip %s -> canonical -> %s changes the logits by %.3g (> %.0e)"
                       % (source.name, destination.name, rec["round_trip"]["max_abs"], ROUND_TRIP_ATOL))
