@@ -3,7 +3,6 @@
 export) run in the runner's own interpreter; and the float64 control's place in the runner and the report.
 No framework notebook runs here (tests/test_export_records.py does that on the session's smoke records)."""
 import copy
-import json
 import os
 
 import nbformat
