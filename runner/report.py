@@ -720,6 +720,13 @@ def plot_trajectories(records: List[dict], path: str, k: int = 40, controls: Opt
                 y = trajectory(c)[:k]
                 ax.plot(np.arange(1, len(y) + 1), y, linestyle="--", color="black", linewidth=1,
                         label="%s (float64 control)" % _label(c))
+                torch32 = [r for r in recs if r["target"] == "pytorch" and r.get("precision") == "fp32"]
+                if torch32:    # the rounding floor: PyTorch fp32 against its float64 self
+                    mine = trajectory(torch32[0])[:len(y)]
+                    n = min(len(mine), len(y))
+                    ax_diff.semilogy(np.arange(1, n + 1), np.abs(mine[:n] - y[:n]) / np.abs(y[:n]) + 1e-12,
+                                     linestyle="--", color="black", linewidth=1,
+                                     label="pytorch fp32 vs the float64 control (rounding)")
                 break
         ax.set_xlabel("training step (warm-up steps first)")
         ax.set_ylabel("CTC loss per utterance")
