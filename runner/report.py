@@ -410,10 +410,11 @@ def convention_rows(records: List[dict], records_dir: str) -> List[OrderedDict]:
             cache[key] = _load_export(rec, records_dir)
         return cache[key]
 
-    for rec in _ok(records):
+    single = [r for r in _ok(records) if ((r.get("distributed") or {}).get("world_size") or 1) == 1]
+    for rec in single:
         if rec["target"] == "pytorch" or rec.get("precision") != "fp32" or not rec.get("export"):
             continue
-        twins = [r for r in _ok(records) if r["target"] == "pytorch" and r.get("precision") == "fp32"
+        twins = [r for r in single if r["target"] == "pytorch" and r.get("precision") == "fp32"
                  and _group_key(r) == _group_key(rec) and r.get("export")]
         if not twins:
             continue
