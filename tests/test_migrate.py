@@ -2,6 +2,8 @@
 (tests/fixtures/numpy_ds2.ipynb: the NumPy reference as the model, the DS2 notebooks' cell tags and
 export) run in the runner's own interpreter; and the float64 control's place in the runner and the report.
 No framework notebook runs here (tests/test_export_records.py does that on the session's smoke records)."""
+import ast
+import builtins
 import copy
 import os
 
@@ -87,6 +89,33 @@ def test_every_framework_notebook_trims_to_its_check_and_export_cells(target):
         assert "rosetta:" + step not in kept
     export = trimmed.cells[-1].source
     assert "init_weights" in export and "export_paths(" in export
+    # a migration run skips the cells between the check and the export: the export cell may not need them
+    code = [c.source for c in nb.cells if c.cell_type == "code"]
+    kept_code = [c.source for c in trimmed.cells if c.cell_type == "code"]
+    kept = set().union(*[assigned_names(src) for src in kept_code])
+    skipped = set().union(*[assigned_names(src) for src in code if src not in kept_code])
+    needs = (loaded_names(export) - kept - set(dir(builtins))) & skipped
+    assert not needs, "%s's export cell uses %s, defined only in cells a migration run skips" % (
+        TARGETS[target].notebook, sorted(needs))
+
+
+def assigned_names(source):
+    """Every name a cell binds: assignments, loop and comprehension targets, arguments, defs, imports."""
+    out = set()
+    for n in ast.walk(ast.parse(source)):
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+            out.add(n.id)
+        elif isinstance(n, ast.arg):
+            out.add(n.arg)
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(n.name)
+        elif isinstance(n, (ast.Import, ast.ImportFrom)):
+            out.update((a.asname or a.name).split(".")[0] for a in n.names)
+    return out
+
+
+def loaded_names(source):
+    return {n.id for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
 
 
 # ---- the matrix ----------------------------------------------------------------------------------------
