@@ -272,6 +272,9 @@ def _main(argv=None) -> int:
         errors.append(control_precision_error(targets, args.precision))
         if args.migrate and args.workers > 1:
             errors.append("--migrate runs each destination notebook in one process; drop --workers %d" % args.workers)
+        if args.migrate and CONTROL_PRECISION in args.precision:
+            errors.append("--migrate --precision %s: the canonical format is float32, the control does not migrate"
+                          % CONTROL_PRECISION)
         if args.migrate and args.profile:
             errors.append("--migrate trains nothing, so there is no step to --profile")
         errors = [e for e in errors if e]

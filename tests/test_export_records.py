@@ -203,7 +203,9 @@ def smoke_fp64(tmp_path_factory):
 def test_fp64_control_passes_its_own_checks(smoke_fp64):
     rec = ok_record(smoke_fp64, "pytorch", "fp64")
     assert rec["checks"]["loss"]["ok"] and rec["checks"]["loss"]["rel_diff"] <= LOSS_RTOL["fp64"]
-    assert rec["export"]["inference"]["ok"] and rec["export"]["inference"]["logits_rtol"] == exports.LOGIT_RTOL["fp64"]
+    # its export is float32 (the canonical format): rounding the float64 weights moves the logits by ~1e-7, so
+    # the export is held to the fp32 tolerances at most
+    assert rec["export"]["inference"]["ok"] and rec["export"]["inference"]["logits_rtol"] <= exports.LOGIT_RTOL["fp32"]
 
 
 @pytest.mark.parametrize("target", NAMES)

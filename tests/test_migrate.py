@@ -249,6 +249,7 @@ def test_a_broken_source_file_stops_the_destination_at_section_5_with_one_line(t
     (["--precision", "fp64", "--frameworks", "pytorch+compile"], "pytorch+compile has none"),
     (["--migrate", "--workers", "2"], "--migrate runs each destination notebook in one process"),
     (["--migrate", "--profile"], "--migrate trains nothing"),
+    (["--migrate", "--precision", "fp64", "--frameworks", "pytorch"], "the control does not migrate"),
 ])
 def test_run_all_refuses_before_anything_runs(argv, message, tmp_path, capsys, monkeypatch):
     def nothing(*a, **k):
