@@ -25,19 +25,22 @@ CFG = SMOKE.config
 NAMES = [t for t in selected_targets() if t in TARGETS]
 VARIANT_NAMES = [t for t in selected_targets() if t in VARIANTS]
 
-#: Exported parameters after the same smoke epoch from the same start, against PyTorch's, per tensor:
-#: max |fw - torch| <= PARAM_UPDATE_RTOL * max |torch - init| + PARAM_FLOOR * max |torch|.
-#: Why: every difference is in what training added -- the start is the same file -- so it is measured
-#: against the size of the update (init = canonical_state).  The frameworks' first 10 losses agree with
-#: PyTorch's within 2e-6 (results.md), so their gradients agree to far better than 1 %; 1e-2 of the update
-#: leaves room for the one-bias frameworks' slightly different biases (below) feeding back into every
-#: gradient, and still fails a framework that did not train (difference = the whole update), exported
-#: the wrong step's weights, or maps a layout wrongly (a difference of the size of the weights).
-#: The floor, 1e-6 of the tensor's magnitude, is float32 rounding of values read back through another layout.
-PARAM_UPDATE_RTOL = 1e-2
-PARAM_FLOOR = 1e-6
-#: Running means: they average activations whose inputs agree as above; relative to max |mean| the
-#: frameworks agree to the same 1e-2 of what training added (the start is 0).
+#: After the same smoke epoch from the same canonical start, each tensor of a framework's export against
+#: PyTorch's: max |fw - torch| <= max(OWN_FACTOR x max |torch fp32 - torch fp64|, UPDATE_SHARE x max |torch - start|).
+#: Why: the smoke epoch (42 steps) is chaotic under rounding.  Measured (CPU, 2026-11-22): PyTorch fp32 against
+#: its own float64 control -- the same code, only the rounding differs -- ends with tensors apart by up to 44 %
+#: of what training changed in them (conv2.bn.gamma; conv weights 12 %, bd1 7-10 %, fc 0.4 %, out.b 0.002 %),
+#: and its loss trajectory drifts from 6e-9 at step 1 to 9e-5.  TensorFlow against PyTorch: at most 47 % of
+#: the update (conv1.bn.gamma), 1-10 x PyTorch's own spread per tensor.  So a tensor passes within 3 x
+#: PyTorch's own rounding spread, or within half of its update; it fails when the framework did not train
+#: (difference = the whole update), trained with another learning rate, momentum or loss scale (an update
+#: off by a factor), exported another step, or maps a layout wrongly (a difference of the size of the weights).
+#: RNN biases are compared per bias (see the test); running means like the parameters (their start is 0);
+#: running variances by the convention band.
+OWN_FACTOR = 3.0
+UPDATE_SHARE = 0.5
+#: the running variances of a biased-variance framework: ratio to PyTorch's in [(n_min-1)/n_min, 1], widened
+#: by this for the same chaos (measured TF/PyTorch ratios 0.9906-1.0032 for the sequence BatchNorms, n_min 75)
 RUNNING_RTOL = 1e-2
 
 
@@ -110,46 +113,52 @@ def bias_count(rec):
 
 
 @pytest.mark.parametrize("target", [t for t in NAMES if t != "pytorch"])
-def test_exported_model_agrees_with_pytorchs_after_the_same_epoch(smoke, target):
-    """Parameters within :data:`PARAM_UPDATE_RTOL` of PyTorch's update; the RNN biases likewise once each
-    side's update is divided by its number of biases per direction (PyTorch's and MXNet's b_ih and b_hh take
-    the same step each, so their sum moves twice as far as a one-bias framework's b); the running means
-    within :data:`RUNNING_RTOL`; the running variances, for a biased-variance framework (BN_CONVENTIONS),
-    between ``(n_min - 1) / n_min`` and 1 times PyTorch's (each update's batch variance is (n-1)/n of the
-    unbiased one), else within :data:`RUNNING_RTOL`.  CNTK's running statistics follow its time constant
-    (a minibatch of n frames weighs 1 - 0.9^(n/n_mean), the first weighs 1): printed, not compared.
-    The largest difference per tensor is printed for the report."""
+def test_exported_model_agrees_with_pytorchs_after_the_same_epoch(smoke, smoke_fp64, target):
+    """Parameters and running means within :data:`OWN_FACTOR` x PyTorch's own rounding spread (fp32 against
+    the float64 control) or :data:`UPDATE_SHARE` of PyTorch's update; the RNN biases likewise once each side's
+    update is divided by its number of biases per direction (PyTorch's and MXNet's b_ih and b_hh take the
+    same step each, so their sum moves twice as far as a one-bias framework's b: measured scale 0.499 for
+    TensorFlow); the running variances, for a biased-variance framework (BN_CONVENTIONS), between
+    ``(n_min - 1) / n_min`` and 1 times PyTorch's, widened by :data:`RUNNING_RTOL` (each update's batch
+    variance is (n-1)/n of the unbiased one), else like the means.  CNTK's running statistics follow its
+    time constant (a minibatch of n frames weighs 1 - 0.9^(n/n_mean), the first weighs 1): printed, not
+    compared.  The difference per tensor is printed (relative to max |torch| and to the update)."""
     rec, torch_rec = ok_record(smoke, target), ok_record(smoke, "pytorch")
+    control = ok_record(smoke_fp64, "pytorch", "fp64")
     mine, theirs = load_state(export_file(rec), CFG), load_state(export_file(torch_rec), CFG)
+    f64 = load_state(export_file(control), CFG)
     start = canonical_state(CFG, 0)
     groups = tensor_groups(list(CFG.state_shapes()), CFG.to_dict())
     k_mine, k_theirs = bias_count(rec), bias_count(torch_rec)
     failures, lines = [], []
     for group, names in groups.items():
         for name in names:
-            a, b, s = (x[name].astype(np.float64) for x in (mine, theirs, start))
-            if group == "rnn_biases":
-                a, b = s + (a - s) / k_mine, s + (b - s) / k_theirs     # the step of one bias
+            a, b, c, s = (x[name].astype(np.float64) for x in (mine, theirs, f64, start))
+            if group == "rnn_biases":     # the step of one bias (the control is PyTorch: two biases as well)
+                a, b, c = s + (a - s) / k_mine, s + (b - s) / k_theirs, s + (c - s) / k_theirs
             diff = float(np.max(np.abs(a - b)))
-            rel = diff / max(float(np.max(np.abs(b))), 1e-30)
-            lines.append("%-16s %-14s max rel. diff %.2e" % (group, name, rel))
-            if group in ("parameters", "rnn_biases"):
-                tol = PARAM_UPDATE_RTOL * float(np.max(np.abs(b - s))) + PARAM_FLOOR * float(np.max(np.abs(b)))
-                if diff > tol:
-                    failures.append("%s: max |diff| %.3g > %.3g" % (name, diff, tol))
-            elif target == "cntk":
+            update = float(np.max(np.abs(b - s)))
+            own = float(np.max(np.abs(b - c)))
+            tol = max(OWN_FACTOR * own, UPDATE_SHARE * update)
+            lines.append("%-14s %-16s max rel. diff %.2e; diff / update %.2e; PyTorch's own / update %.2e"
+                         % (group, name, diff / max(float(np.max(np.abs(b))), 1e-30), diff / max(update, 1e-30),
+                            own / max(update, 1e-30)))
+            if group == "running_vars":
+                if target == "cntk":
+                    continue
+                conv = BN_CONVENTIONS.get(target, "")
+                if conv.startswith("biased"):
+                    ratio = a / b
+                    low = biased_band(name.rsplit(".", 1)[0]) * (1 - RUNNING_RTOL)
+                    if ratio.min() < low or ratio.max() > 1 + RUNNING_RTOL:
+                        failures.append("%s: variance ratio to PyTorch's in [%.6f, %.6f], expected [%.6f, %.6f]"
+                                        % (name, ratio.min(), ratio.max(), low, 1 + RUNNING_RTOL))
+                    continue
+            if group == "running_means" and target == "cntk":
                 continue
-            elif group == "running_means":
-                if diff > RUNNING_RTOL * float(np.max(np.abs(b))):
-                    failures.append("%s: max |diff| %.3g > %.0e of max |mean|" % (name, diff, RUNNING_RTOL))
-            elif "biased" in BN_CONVENTIONS.get(target, "") and "unbiased" not in BN_CONVENTIONS[target]:
-                ratio = a / b
-                low = biased_band(name.rsplit(".", 1)[0]) * (1 - RUNNING_RTOL)
-                if ratio.min() < low or ratio.max() > 1 + RUNNING_RTOL:
-                    failures.append("%s: variance ratio to PyTorch's in [%.6f, %.6f], expected [%.6f, %.6f]"
-                                    % (name, ratio.min(), ratio.max(), low, 1 + RUNNING_RTOL))
-            elif diff > RUNNING_RTOL * float(np.max(np.abs(b))):
-                failures.append("%s: max |diff| %.3g > %.0e of max |var|" % (name, diff, RUNNING_RTOL))
+            if diff > tol:
+                failures.append("%s: max |diff| %.3g > %.3g (3 x PyTorch's own %.3g, half its update %.3g)"
+                                % (name, diff, tol, own, update))
     print("%s vs pytorch (%d vs %d RNN biases per direction):\n%s" % (target, k_mine, k_theirs, "\n".join(lines)))
     assert not failures, "%s's export differs from PyTorch's: %s" % (target, "; ".join(failures))
 
@@ -213,15 +222,14 @@ def test_every_fp32_trajectory_stays_near_the_fp64_control(smoke, smoke_fp64, ta
     """Every fp32 row's whole loss trajectory (warm-up and timed steps) deviates from PyTorch's float64 run
     by at most ``max(10 x PyTorch fp32's own deviation, 1e-5)``.
 
-    Why that bound: PyTorch fp32's deviation from its float64 self is pure rounding; another framework
-    computing the same function differs in summation order (another rounding of the same size, so a few
-    times that) -- the factor 10 allows it.  The floor 1e-5 covers the one systematic difference the
-    frameworks legitimately have: with one bias per RNN direction (TensorFlow, Keras, JAX, CNTK on a CPU) the
-    bias moves half as fast as PyTorch's b_ih + b_hh, which shows as a 1.7e-6 relative difference of the first
-    10 smoke losses from PyTorch's (results.md, MXNet with two biases: 5e-7).  1e-5 is still 100 times
-    below the cross-framework trajectory tolerance of tests/test_notebooks.py (1e-3): a framework whose
-    deviation comes from its computation (a different BatchNorm epsilon or momentum, a TF32 matmul, a lost
-    gradient term) exceeds it."""
+    Why that bound: the smoke epoch is chaotic under rounding -- PyTorch fp32 against its float64 self (the
+    same code) drifts from 6e-9 at the first step to 9.2e-5 (CPU, measured 2026-11-22); TensorFlow, computing
+    the same function with other kernels and one bias per RNN direction, drifts to 1.6e-4 (1.7 x), and PyTorch
+    with its second RNN bias frozen (one bias, like TensorFlow) to 1.6e-4 as well.  Another framework's rounding
+    is of the same kind, so a small factor of PyTorch's own covers it; 10 leaves room for the chaos, and the
+    floor 1e-5 for a lucky run whose own drift is small.  A framework whose deviation comes from its
+    computation (another BatchNorm epsilon or momentum, a TF32 matmul, a lost gradient term) exceeds it: those
+    show at the first steps already, where rounding alone is below 1e-6."""
     control = ok_record(smoke_fp64, "pytorch", "fp64")
     own = control_deviation(ok_record(smoke, "pytorch"), control)
     dev = control_deviation(ok_record(smoke, target), control)
