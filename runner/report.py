@@ -246,7 +246,7 @@ def profile_rows(records: List[dict]) -> List[OrderedDict]:
     for rec in recs:
         prof = rec["profile"]
         batch = prof.get("batch") or {}
-        row = OrderedDict([("Row", _label(rec)), ("Device", (rec.get("device") or {}).get("name")),
+        row = OrderedDict([("Row", label), ("Device", (rec.get("device") or {}).get("name")),
                            ("Preset", rec.get("preset")), ("Batch", rec.get("batch_size")),
                            ("Profiled step", "%s s \u00d7 %s" % (batch.get("seconds"), batch.get("batch_size"))
                             if batch.get("seconds") else None),
@@ -393,7 +393,7 @@ def tensor_groups(names, config: dict) -> "OrderedDict":
     return groups
 
 
-def convention_rows(records: List[dict], records_dir: str) -> List[OrderedDict]:
+def convention_rows(records: List[dict], records_dir: str, controls: Optional[List[dict]] = None) -> List[OrderedDict]:
     """Per completed fp32 record with an export, against PyTorch's export after the same benchmark on the
     same device: the largest relative difference (max |a - b| / max |b| per tensor, the largest over the
     group) of the parameters, the RNN biases (and their least-squares scale against PyTorch's: a framework
@@ -411,18 +411,25 @@ def convention_rows(records: List[dict], records_dir: str) -> List[OrderedDict]:
         return cache[key]
 
     single = [r for r in _ok(records) if ((r.get("distributed") or {}).get("world_size") or 1) == 1]
+    pairs = []
     for rec in single:
-        if rec["target"] == "pytorch" or rec.get("precision") != "fp32" or not rec.get("export"):
+        if rec.get("precision") != "fp32" or not rec.get("export"):
+            continue
+        if rec["target"] == "pytorch":      # the scale of rounding alone: PyTorch fp32 against its float64 control
+            control = control_for(rec, [c for c in (controls or []) if c.get("export")])
+            if control is not None and _group_key(control) == _group_key(rec):
+                pairs.insert(0, (rec, control, "pytorch fp32 vs its fp64 control (rounding alone)"))
             continue
         twins = [r for r in single if r["target"] == "pytorch" and r.get("precision") == "fp32"
                  and _group_key(r) == _group_key(rec) and r.get("export")]
-        if not twins:
-            continue
-        mine, theirs = state(rec), state(twins[0])
+        if twins:
+            pairs.append((rec, twins[0], _label(rec)))
+    for rec, twin, label in pairs:
+        mine, theirs = state(rec), state(twin)
         if mine is None or theirs is None:
             continue
         groups = tensor_groups([n for n in theirs if n in mine], rec.get("config") or {})
-        row = OrderedDict([("Row", _label(rec)), ("Device", (rec.get("device") or {}).get("name")),
+        row = OrderedDict([("Row", label), ("Device", (rec.get("device") or {}).get("name")),
                            ("Preset", rec.get("preset"))])
         for group, title in (("parameters", "Parameters"), ("rnn_biases", "RNN biases"),
                              ("running_means", "Running means"), ("running_vars", "Running variances")):
@@ -443,12 +450,13 @@ def convention_rows(records: List[dict], records_dir: str) -> List[OrderedDict]:
     return rows
 
 
-def migration_section(results_dir: str, records: List[dict], records_dir: str) -> List[str]:
+def migration_section(results_dir: str, records: List[dict], records_dir: str,
+                      controls: Optional[List[dict]] = None) -> List[str]:
     """results.md's migration part: one matrix per (preset, precision, device, batch), failed cells as
     numbered notes, then the convention differences measured on the ordinary runs' exports."""
     from .migrate import read_migration_records
     migrations = read_migration_records(results_dir)
-    conventions = convention_rows(records, records_dir)
+    conventions = convention_rows(records, records_dir, controls)
     if not migrations and not conventions:
         return []
     lines = []
@@ -468,7 +476,9 @@ def migration_section(results_dir: str, records: List[dict], records_dir: str) -
         lines += ["### Convention differences in the exports", "",
                   "Each framework's export after the same smoke epoch from the same canonical start, against "
                   "PyTorch's (computed from the files in `results/weights/`): the largest relative difference per "
-                  "tensor group (max |a - b| / max |b| per tensor). Parameters differ by the training's rounding; "
+                  "tensor group (max |a - b| / max |b| per tensor). Parameters differ by the training's rounding, "
+                  "which this short epoch amplifies (the first row, when a float64 control ran, shows how far "
+                  "PyTorch fp32 lands from its own float64 run: the scale of rounding alone); "
                   "the RNN biases of a one-bias framework move half as far as PyTorch's `b_ih + b_hh` (scale "
                   "\u2248 0.5; MXNet and cuDNN keep two biases like PyTorch); the running variances follow each "
                   "framework's convention (median ratio below 1: the biased batch variance; CNTK: its time "
@@ -506,7 +516,7 @@ def step_time_rows(records: List[dict]) -> List[OrderedDict]:
     rows = []
     for rec in _ok(records):
         per = rec["timing"].get("per_length") or {}
-        row = OrderedDict([("Row", _label(rec)), ("Device", (rec.get("device") or {}).get("name")),
+        row = OrderedDict([("Row", label), ("Device", (rec.get("device") or {}).get("name")),
                            ("Preset", rec.get("preset")), ("Batch", rec.get("batch_size"))])
         for s in range(1, 16):
             row["%d s" % s] = (per.get(str(s)) or {}).get("median_ms")
@@ -833,7 +843,7 @@ def render(results_dir: str, command: str, commit: Optional[str], output: str) -
                   "Max rel. diff of first %d step losses vs PyTorch" % K_STEPS: "{:.1e}", CONTROL_COLUMN: "{:.1e}"}),
         control_section(records, controls),
         image("trajectories", "loss trajectories of all frameworks"),
-    ] + migration_section(results_dir, records, records_dir) + distributed.report_section(records, md_table) + [
+    ] + migration_section(results_dir, records, records_dir, controls) + distributed.report_section(records, md_table) + [
         "## Environments",
         "",
         md_table(environment_rows(all_records)),
