@@ -246,7 +246,7 @@ def profile_rows(records: List[dict]) -> List[OrderedDict]:
     for rec in recs:
         prof = rec["profile"]
         batch = prof.get("batch") or {}
-        row = OrderedDict([("Row", label), ("Device", (rec.get("device") or {}).get("name")),
+        row = OrderedDict([("Row", _label(rec)), ("Device", (rec.get("device") or {}).get("name")),
                            ("Preset", rec.get("preset")), ("Batch", rec.get("batch_size")),
                            ("Profiled step", "%s s \u00d7 %s" % (batch.get("seconds"), batch.get("batch_size"))
                             if batch.get("seconds") else None),
@@ -516,7 +516,7 @@ def step_time_rows(records: List[dict]) -> List[OrderedDict]:
     rows = []
     for rec in _ok(records):
         per = rec["timing"].get("per_length") or {}
-        row = OrderedDict([("Row", label), ("Device", (rec.get("device") or {}).get("name")),
+        row = OrderedDict([("Row", _label(rec)), ("Device", (rec.get("device") or {}).get("name")),
                            ("Preset", rec.get("preset")), ("Batch", rec.get("batch_size"))])
         for s in range(1, 16):
             row["%d s" % s] = (per.get(str(s)) or {}).get("median_ms")
