@@ -7,11 +7,11 @@ import tempfile
 from typing import Dict, List, Optional
 
 from common import envinfo
-from common.spec import PRECISIONS, PRESETS, get_preset
+from common.spec import CONTROL_PRECISION, PRECISIONS, PRESETS, get_preset
 
 from . import cntk_python, envs, execute, interrupt, preflight, report
 from .bootstrap import ROOT, EnvError
-from .targets import ALL_TARGETS, ENVS, TARGETS, VARIANTS, names, variants_of
+from .targets import ALL_TARGETS, ENVS, TARGETS, VARIANTS, control_precision_error, names, variants_of
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -103,8 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated minibatch sizes, each its own row (default: the preset's)")
     p.add_argument("--scale", type=positive_int, default=None,
                    help="utterances per percent point of the length mix (default: the preset's)")
-    p.add_argument("--precision", type=comma_list(list(PRECISIONS), "precision"), default=["fp32"],
-                   help="comma-separated: fp32 (TF32 off), tf32, bf16 (default fp32; on a CPU fp32 and, where the framework has it, bf16)")
+    p.add_argument("--precision", type=comma_list(list(PRECISIONS) + [CONTROL_PRECISION], "precision"), default=["fp32"],
+                   help="comma-separated: fp32 (TF32 off), tf32, bf16 (default fp32; on a CPU fp32 and, where the framework "
+                        "has it, bf16); fp64: the float64 control, pytorch only (a reference trajectory, not a row)")
     p.add_argument("--profile", action="store_true",
                    help="also profile one training step on an 8-s batch (the record's profile section)")
     p.add_argument("--seed", type=non_negative_int, default=0, help="seed of data and initial weights (default 0)")
@@ -135,6 +136,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="force a CUDA build, e.g. pytorch=cu126 (env DS2_GPU_BUILD=pytorch=cu126,jax=cuda12); "
                         "builds: %s" % "; ".join("%s: %s" % (e, ", ".join(b.name for b in bs))
                                                  for e, bs in preflight.BUILDS.items()))
+    p.add_argument("--migrate", action="store_true",
+                   help="load every selected framework's exported weights (results/weights/, from their last runs with "
+                        "this preset, precision and batch size) into every selected framework: only the notebooks' "
+                        "cells up to the correctness check plus the export cell run, no training; records in "
+                        "results/migration/, the matrix in results.md (runner/migrate.py)")
     p.add_argument("--no-progress", action="store_true", help="no papermill progress bars")
     return p
 
@@ -269,6 +275,16 @@ def _main(argv=None) -> int:
     else:
         for forced in args.gpu_build:
             gpu_builds.update(forced)
+    if not args.list and not args.check:
+        errors.append(control_precision_error(targets, args.precision))
+        if args.migrate and args.workers > 1:
+            errors.append("--migrate runs each destination notebook in one process; drop --workers %d" % args.workers)
+        if args.migrate and CONTROL_PRECISION in args.precision:
+            errors.append("--migrate --precision %s: the canonical format is float32, the control does not migrate"
+                          % CONTROL_PRECISION)
+        if args.migrate and args.profile:
+            errors.append("--migrate trains nothing, so there is no step to --profile")
+        errors = [e for e in errors if e]
     if errors:
         return error(errors[0])
     gpus = envinfo.gpus()
@@ -323,6 +339,9 @@ def _main(argv=None) -> int:
         return 1 if failed else 0
 
     command = "python run_all.py" + "".join(" " + shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
+    if args.migrate:
+        return _migrate(args, targets, presets, device, results_dir, output, pythons, command, gpus, discovered,
+                        gpu_builds)
     runs = [(t, prec, p) for t in targets for prec in args.precision for p in presets]
     print("Running %d notebook(s) on %s, preset %s (batch size %s, scale %d)%s, results in %s"
           % (len(runs), device, preset.name, ",".join(str(p.batch_size) for p in presets), preset.scale,
@@ -355,4 +374,40 @@ def _main(argv=None) -> int:
         return e.exit_status
     print("Wrote %s: %d ok, %d failed, %d skipped." % (shown(output), statuses.count("ok"),
                                                      statuses.count("failed"), statuses.count("skipped")))
+    return 0 if "failed" not in statuses else 1
+
+
+def _migrate(args, targets, presets, device, results_dir, output, pythons, command, gpus, discovered, gpu_builds) -> int:
+    """``--migrate``: the matrix of every selected source's export loaded into every selected destination,
+    per precision and batch size (runner/migrate.py); then results.md."""
+    from . import migrate
+    print("Migrating %d framework(s) into each other on %s, preset %s (batch size %s), from the exports in %s"
+          % (len(targets), device, presets[0].name, ",".join(str(p.batch_size) for p in presets),
+             shown(os.path.join(results_dir, "weights"))), flush=True)
+    statuses = []
+    stopped = None
+    for precision in args.precision:
+        for run_preset in presets:
+            opts = execute.RunOptions(run_preset, precision, args.seed, device, results_dir, timeout=args.timeout,
+                                      pythons=pythons, command=command, gpu=gpus[0] if gpus else None,
+                                      progress=not args.no_progress, found=discovered, gpu_builds=gpu_builds)
+            try:
+                statuses += [r["status"] for r in migrate.run_matrix(targets, opts)]
+            except interrupt.Interrupted as e:
+                stopped = (e, "the migration matrix (%s, batch %d)" % (precision, run_preset.batch_size))
+                break
+        if stopped:
+            break
+    if stopped is None:
+        with interrupt.deferred():      # results.md is written whole
+            report.write(results_dir, output, command, execute.git_commit())
+    else:                               # a second signal now exits at once (runner.interrupt)
+        report.write(results_dir, output, command, execute.git_commit())
+        e, where = stopped
+        interrupt.stderr_line("run_all.py: %s during %s: recorded as failed; %s regenerated" % (e.reason, where,
+                                                                                                 shown(output)))
+        return e.exit_status
+    print("Wrote %s: %d migrations ok, %d failed, %d skipped (records in %s)."
+          % (shown(output), statuses.count("ok"), statuses.count("failed"), statuses.count("skipped"),
+             shown(migrate.migration_dir(results_dir))))
     return 0 if "failed" not in statuses else 1

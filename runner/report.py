@@ -5,8 +5,10 @@ speed and efficiency per preset and device (achieved FLOP/s, share of the measur
 speed relative to the group's fastest row, rows of record against their framework's fastest
 variant) with the measured peaks per device, throughput bars, audio s/s against batch size,
 step time per utterance length, where the time of a step goes (records with a ``profile``),
-the cross-framework agreement table and loss trajectories ("they compute the same thing"), the
-environments, and how the records were made.  A record without a ``flops`` or ``profile`` section
+the cross-framework agreement table and loss trajectories ("they compute the same thing") with the
+float64 control (a pytorch record of precision fp64: every fp32 trajectory against it; the control is a
+row of no other table or plot), the migration matrix of ``run_all.py --migrate`` and the convention
+differences measured on the exports (runner/migrate.py), the environments, and how the records were made.  A record without a ``flops`` or ``profile`` section
 (older records) keeps its rows, with dashes.
 """
 import os
@@ -18,6 +20,7 @@ import numpy as np
 from common import envinfo, results
 from common.profile import CATEGORIES
 from common.results import atomic_write_text
+from common.spec import CONTROL_PRECISION
 
 from . import distributed
 from .bootstrap import ROOT
@@ -127,8 +130,11 @@ def pytorch_twin(rec: dict, records: List[dict]) -> Optional[dict]:
     return None
 
 
-def agreement_rows(records: List[dict]) -> List[OrderedDict]:
+def agreement_rows(records: List[dict], controls: Optional[List[dict]] = None) -> List[OrderedDict]:
+    """One row per completed record: its first-loss check, its first losses against PyTorch's and, when a
+    float64 control of the benchmark exists (``controls``), its whole trajectory against the control's."""
     rows = []
+    controls = _ok(controls or [])
     for rec in _ok(records):
         loss = (rec.get("checks") or {}).get("loss") or {}
         twin = pytorch_twin(rec, records)
@@ -145,6 +151,9 @@ def agreement_rows(records: List[dict]) -> List[OrderedDict]:
             ("Max rel. diff of first %d step losses vs PyTorch" % K_STEPS,
              "(reference row)" if twin is rec else rel),
         ]))
+        if controls:
+            control = control_for(rec, controls)
+            rows[-1][CONTROL_COLUMN] = control_deviation(rec, control) if control is not None else None
     return rows
 
 
@@ -250,6 +259,235 @@ def profile_rows(records: List[dict]) -> List[OrderedDict]:
         row["Largest in other"] = ", ".join(str(n)[:40] for n, _ in other[:3]) or None
         rows.append(row)
     return rows
+
+
+# ---- the float64 control (issue #12) --------------------------------------------------------------------
+def is_control(rec: dict) -> bool:
+    """A record of the float64 control (pytorch, precision fp64): a reference trajectory, never a row of the
+    speed, efficiency, throughput, step-time, profile or agreement tables."""
+    return rec.get("precision") == CONTROL_PRECISION
+
+
+def control_for(rec: dict, controls: List[dict]) -> Optional[dict]:
+    """The completed fp64 control of the same benchmark (preset, batch, scale, seed), on the same device if
+    there is one."""
+    same = [c for c in _ok(controls) if _group_key(c)[:4] == _group_key(rec)[:4]]
+    same.sort(key=lambda c: _group_key(c)[4] != _group_key(rec)[4])
+    return same[0] if same else None
+
+
+def control_deviation(rec: dict, control: dict) -> Optional[float]:
+    """Max over every step (warm-up and train) of |loss - fp64 loss| / |fp64 loss|."""
+    mine, ref = trajectory(rec), trajectory(control)
+    n = min(len(mine), len(ref))
+    return float(np.max(np.abs(mine[:n] - ref[:n]) / np.abs(ref[:n]))) if n else None
+
+
+CONTROL_COLUMN = "Max rel. dev. from fp64 (all steps)"
+
+
+def control_section(records: List[dict], controls: List[dict]) -> str:
+    """The float64 control's paragraph: its first-loss check, and PyTorch fp32's own deviation from it."""
+    ok = _ok(controls)
+    if not ok:
+        return ""
+    parts = []
+    for c in ok:
+        loss = (c.get("checks") or {}).get("loss") or {}
+        torch32 = [r for r in _ok(records) if r["target"] == "pytorch" and r.get("precision") == "fp32"
+                   and control_for(r, ok) is c]
+        own = control_deviation(torch32[0], c) if torch32 else None
+        parts.append("%s, batch %s, %s: first loss %s, relative difference from the NumPy reference %s; PyTorch "
+                     "fp32's own deviation over its %d steps: %s" % (
+                         c.get("preset"), c.get("batch_size"), (c.get("device") or {}).get("name"),
+                         _fmt(loss.get("framework"), "{:.9f}"), _fmt(loss.get("rel_diff"), "{:.1e}"),
+                         len(trajectory(c)), _fmt(own, "{:.1e}")))
+    return ("**Float64 control.** The PyTorch notebook run in float64 (`run_all.py --frameworks pytorch --precision "
+            "fp64`) is the trajectory rounding cannot explain away: column *%s* is each fp32 row's largest relative "
+            "deviation from it (warm-up and timed steps), to be read against PyTorch fp32's own. The control is no "
+            "row of any table or plot but this one (dashed in the loss plot). %s.\n" % (CONTROL_COLUMN, "; ".join(parts)))
+
+
+# ---- the migration matrix (run_all.py --migrate, issue #12) ----------------------------------------------
+def _target_order(name: str) -> tuple:
+    from .targets import ALL_TARGETS
+    names = list(ALL_TARGETS)
+    return (names.index(name) if name in names else len(names), name)
+
+
+def migration_groups(migrations: List[dict]) -> "OrderedDict":
+    """{(preset, precision, device name, batch size): [records]}, in a stable order."""
+    groups = OrderedDict()
+    for rec in sorted(migrations, key=lambda r: (str(r.get("preset")), str(r.get("precision")),
+                                                 str((r.get("device") or {}).get("name")), r.get("batch_size") or 0)):
+        key = (rec.get("preset"), rec.get("precision"), (rec.get("device") or {}).get("name"), rec.get("batch_size"))
+        groups.setdefault(key, []).append(rec)
+    return groups
+
+
+def migration_matrix(recs: List[dict]) -> tuple:
+    """(Markdown table, footnotes): rows = source, columns = destination; a completed cell is "logits max
+    rel. diff / loss rel. diff" against the source's own inference logits, the diagonal (the round trip)
+    in bold; a failed or skipped cell refers to its footnote."""
+    sources = sorted(set(r["source"] for r in recs), key=_target_order)
+    dests = sorted(set(r["destination"] for r in recs), key=_target_order)
+    cells = {(r["source"], r["destination"]): r for r in recs}
+    notes = []
+    lines = ["| source \u2193 / destination \u2192 | " + " | ".join(dests) + " |",
+             "|---|" + "|".join("---" for _ in dests) + "|"]
+    for s in sources:
+        row = []
+        for d in dests:
+            r = cells.get((s, d))
+            if r is None:
+                row.append("\u2013")
+            elif r["status"] == "ok":
+                text = "%.0e / %.0e" % ((r.get("logits") or {}).get("max_rel") or 0.0,
+                                        (r.get("loss") or {}).get("rel_diff") or 0.0)
+                row.append("**%s**" % text if s == d else text)
+            else:
+                notes.append("%s \u2192 %s: %s" % (s, d, r.get("error") or "no reason given"))
+                row.append("%s [%d]" % (r["status"], len(notes)))
+        lines.append("| %s | %s |" % (s, " | ".join(row)))
+    return "\n".join(lines) + "\n", notes
+
+
+def _load_export(rec: dict, records_dir: str) -> Optional[dict]:
+    """The canonical state a record's run exported, or None (no export, or the file is gone)."""
+    from common.weights import load_weights
+    from .migrate import repo_path
+    export = rec.get("export") or {}
+    path = repo_path(export.get("path"))
+    candidates = [path] if path else []
+    if export.get("path"):
+        candidates.append(os.path.join(os.path.dirname(records_dir), "weights", os.path.basename(export["path"])))
+    for p in candidates:
+        if p and os.path.exists(p):
+            try:
+                return load_weights(p)
+            except (OSError, ValueError):
+                return None
+    return None
+
+
+def _max_rel(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    scale = float(np.max(np.abs(b))) if b.size else 0.0
+    d = float(np.max(np.abs(a - b))) if a.size else 0.0
+    return d / scale if scale > 0 else d
+
+
+def tensor_groups(names, config: dict) -> "OrderedDict":
+    """Canonical names -> groups: parameters (all but the RNN biases), RNN biases, running means, running
+    variances."""
+    groups = OrderedDict([("parameters", []), ("rnn_biases", []), ("running_means", []), ("running_vars", [])])
+    for n in names:
+        if n.endswith(".mean"):
+            groups["running_means"].append(n)
+        elif n.endswith(".var"):
+            groups["running_vars"].append(n)
+        elif n.startswith("bd") and (n.endswith(".fwd.b") or n.endswith(".bwd.b")):
+            groups["rnn_biases"].append(n)
+        else:
+            groups["parameters"].append(n)
+    return groups
+
+
+def convention_rows(records: List[dict], records_dir: str, controls: Optional[List[dict]] = None) -> List[OrderedDict]:
+    """Per completed fp32 record with an export, against PyTorch's export after the same benchmark on the
+    same device: the largest relative difference (max |a - b| / max |b| per tensor, the largest over the
+    group) of the parameters, the RNN biases (and their least-squares scale against PyTorch's: a framework
+    with one bias per direction moves it half as fast as PyTorch's b_ih + b_hh, whose two halves both take
+    the full step), the running means and the running variances (and the median ratio of the variances:
+    a biased-variance framework stores less)."""
+    from .migrate import BN_CONVENTIONS
+    rows = []
+    cache = {}
+
+    def state(rec):
+        key = id(rec)
+        if key not in cache:
+            cache[key] = _load_export(rec, records_dir)
+        return cache[key]
+
+    single = [r for r in _ok(records) if ((r.get("distributed") or {}).get("world_size") or 1) == 1]
+    pairs = []
+    for rec in single:
+        if rec.get("precision") != "fp32" or not rec.get("export"):
+            continue
+        if rec["target"] == "pytorch":      # the scale of rounding alone: PyTorch fp32 against its float64 control
+            control = control_for(rec, [c for c in (controls or []) if c.get("export")])
+            if control is not None and _group_key(control) == _group_key(rec):
+                pairs.insert(0, (rec, control, "pytorch fp32 vs its fp64 control (rounding alone)"))
+            continue
+        twins = [r for r in single if r["target"] == "pytorch" and r.get("precision") == "fp32"
+                 and _group_key(r) == _group_key(rec) and r.get("export")]
+        if twins:
+            pairs.append((rec, twins[0], _label(rec)))
+    for rec, twin, label in pairs:
+        mine, theirs = state(rec), state(twin)
+        if mine is None or theirs is None:
+            continue
+        groups = tensor_groups([n for n in theirs if n in mine], rec.get("config") or {})
+        row = OrderedDict([("Row", label), ("Device", (rec.get("device") or {}).get("name")),
+                           ("Preset", rec.get("preset"))])
+        for group, title in (("parameters", "Parameters"), ("rnn_biases", "RNN biases"),
+                             ("running_means", "Running means"), ("running_vars", "Running variances")):
+            names = groups[group]
+            row[title] = max((_max_rel(mine[n], theirs[n]) for n in names), default=None)
+            if group == "rnn_biases" and names:
+                a = np.concatenate([mine[n].ravel() for n in names]).astype(np.float64)
+                b = np.concatenate([theirs[n].ravel() for n in names]).astype(np.float64)
+                row["RNN bias scale vs PyTorch"] = float(a @ b / (b @ b)) if b @ b > 0 else None
+            if group == "running_vars" and names:
+                ratios = np.concatenate([(mine[n].astype(np.float64) / theirs[n].astype(np.float64)).ravel()
+                                         for n in names])
+                row["Variance ratio (median)"] = float(np.median(ratios))
+        row["Two RNN biases"] = "yes" if ((rec.get("checks") or {}).get("params") or {}).get("extra_rnn_biases") \
+            else "no"
+        row["Running-variance convention"] = BN_CONVENTIONS.get(row_of_record(rec), "?")
+        rows.append(row)
+    return rows
+
+
+def migration_section(results_dir: str, records: List[dict], records_dir: str,
+                      controls: Optional[List[dict]] = None) -> List[str]:
+    """results.md's migration part: one matrix per (preset, precision, device, batch), failed cells as
+    numbered notes, then the convention differences measured on the ordinary runs' exports."""
+    from .migrate import read_migration_records
+    migrations = read_migration_records(results_dir)
+    conventions = convention_rows(records, records_dir, controls)
+    if not migrations and not conventions:
+        return []
+    lines = []
+    for (preset, precision, device, batch), recs in migration_groups(migrations).items():
+        table, notes = migration_matrix(recs)
+        lines += ["## Migration matrix (%s, %s, %s)" % (preset, precision, device), "",
+                  "`run_all.py --migrate`: each source framework's exported canonical weights (after its timed "
+                  "epoch, batch %s) loaded into each destination notebook (its cells through the correctness check, "
+                  "then its export cell; no training). Cell: the largest relative difference of the destination's "
+                  "inference-mode logits of the check batch from the source's own (max |a - b| / max |b|) / the "
+                  "relative difference of their CTC losses (NumPy CTC). Bold: the round trip framework \u2192 "
+                  "canonical \u2192 the same framework. Every destination also passed its inference check against "
+                  "the NumPy reference of the file it loaded." % batch, "", table]
+        if notes:
+            lines += ["\n".join("%d. %s" % (i, n) for i, n in enumerate(notes, 1)), ""]
+    if conventions:
+        lines += ["### Convention differences in the exports", "",
+                  "Each framework's export after the same smoke epoch from the same canonical start, against "
+                  "PyTorch's (computed from the files in `results/weights/`): the largest relative difference per "
+                  "tensor group (max |a - b| / max |b| per tensor). Parameters differ by the training's rounding, "
+                  "which this short epoch amplifies (the first row, when a float64 control ran, shows how far "
+                  "PyTorch fp32 lands from its own float64 run: the scale of rounding alone); "
+                  "the RNN biases of a one-bias framework move half as far as PyTorch's `b_ih + b_hh` (scale "
+                  "\u2248 0.5; MXNet and cuDNN keep two biases like PyTorch); the running variances follow each "
+                  "framework's convention (median ratio below 1: the biased batch variance; CNTK: its time "
+                  "constant, its convolutions' BatchNorm keeps none). The canonical format stores what the "
+                  "framework keeps, as is.", "",
+                  md_table(conventions, {"Parameters": "{:.1e}", "RNN biases": "{:.1e}", "Running means": "{:.1e}",
+                                         "Running variances": "{:.1e}", "RNN bias scale vs PyTorch": "{:.3f}",
+                                         "Variance ratio (median)": "{:.5f}"})]
+    return lines
 
 
 # ---- Markdown helpers ------------------------------------------------------------------------
@@ -465,8 +703,9 @@ def plot_batch_sweep(records: List[dict], path: str) -> bool:
     return True
 
 
-def plot_trajectories(records: List[dict], path: str, k: int = 40) -> bool:
-    """Left: the first ``k`` losses of every row; right: their relative difference from PyTorch's."""
+def plot_trajectories(records: List[dict], path: str, k: int = 40, controls: Optional[List[dict]] = None) -> bool:
+    """Left: the first ``k`` losses of every row, and the float64 control's (dashed, black); right: their
+    relative difference from PyTorch's."""
     groups = OrderedDict()
     for r in _ok(records):
         groups.setdefault(_group_key(r)[:4], []).append(r)
@@ -487,6 +726,19 @@ def plot_trajectories(records: List[dict], path: str, k: int = 40) -> bool:
                 n = min(len(y), len(ref))
                 ax_diff.semilogy(np.arange(1, n + 1), np.abs(y[:n] - ref[:n]) / np.abs(ref[:n]) + 1e-12,
                                  marker=".", linewidth=1, label=label)
+        for c in _ok(controls or []):
+            if _group_key(c)[:4] == key:
+                y = trajectory(c)[:k]
+                ax.plot(np.arange(1, len(y) + 1), y, linestyle="--", color="black", linewidth=1,
+                        label="%s (float64 control)" % _label(c))
+                torch32 = [r for r in recs if r["target"] == "pytorch" and r.get("precision") == "fp32"]
+                if torch32:    # the rounding floor: PyTorch fp32 against its float64 self
+                    mine = trajectory(torch32[0])[:len(y)]
+                    n = min(len(mine), len(y))
+                    ax_diff.semilogy(np.arange(1, n + 1), np.abs(mine[:n] - y[:n]) / np.abs(y[:n]) + 1e-12,
+                                     linestyle="--", color="black", linewidth=1,
+                                     label="pytorch fp32 vs the float64 control (rounding)")
+                break
         ax.set_xlabel("training step (warm-up steps first)")
         ax.set_ylabel("CTC loss per utterance")
         ax.set_title("first %d steps: %s (batch %s, scale %s, seed %s)" % ((steps,) + key), fontsize=9)
@@ -510,13 +762,16 @@ def _records_dir(results_dir: str) -> str:
 def render(results_dir: str, command: str, commit: Optional[str], output: str) -> str:
     """results.md's text; writes the plots next to the records (``<results_dir>/plots``)."""
     records_dir = _records_dir(results_dir)
-    records = results.read_records(records_dir) if os.path.isdir(records_dir) else []
+    all_records = results.read_records(records_dir) if os.path.isdir(records_dir) else []
+    controls = [r for r in all_records if is_control(r)]        # the float64 control: no row anywhere
+    records = [r for r in all_records if not is_control(r)]
     df = results.records_frame(records) if records else None
     plots_dir = os.path.join(results_dir, "plots")
     os.makedirs(plots_dir, exist_ok=True)
     made = {}
     for name, fn in (("throughput", plot_throughput), ("step_time", plot_step_time),
-                     ("trajectories", plot_trajectories), ("flops", plot_flops), ("batch_sweep", plot_batch_sweep)):
+                     ("trajectories", lambda recs, p: plot_trajectories(recs, p, controls=controls)),
+                     ("flops", plot_flops), ("batch_sweep", plot_batch_sweep)):
         path = os.path.join(plots_dir, PLOTS[name])
         made[name] = fn(records, path)
         if not made[name] and os.path.exists(path):
@@ -530,8 +785,8 @@ def render(results_dir: str, command: str, commit: Optional[str], output: str) -
         "# DS2 Rosetta results",
         "",
         "Generated by `%s` on %s from %d result record(s) in `%s` (commit `%s`); never edited by hand. "
-        "Generating machine: %s." % (command, results.utc_now(), len(records), rel(records_dir), commit or "unknown",
-                                      _machine()),
+        "Generating machine: %s." % (command, results.utc_now(), len(all_records), rel(records_dir),
+                                      commit or "unknown", _machine()),
         "",
         "Every row names the device it ran on and its preset: compare rows of the same preset and device. "
         "A framework that could not run keeps its row with the reason. CPU `smoke` rows check correctness "
@@ -583,16 +838,18 @@ def render(results_dir: str, command: str, commit: Optional[str], output: str) -
         "relative difference of the first %d training losses (warm-up steps first) from PyTorch's on the same "
         "benchmark." % K_STEPS,
         "",
-        md_table(agreement_rows(records), {"First loss": "{:.6f}", "NumPy reference": "{:.6f}", "Rel. diff": "{:.1e}",
-                                           "Max rel. diff of first %d step losses vs PyTorch" % K_STEPS: "{:.1e}"}),
+        md_table(agreement_rows(records, controls),
+                 {"First loss": "{:.6f}", "NumPy reference": "{:.6f}", "Rel. diff": "{:.1e}",
+                  "Max rel. diff of first %d step losses vs PyTorch" % K_STEPS: "{:.1e}", CONTROL_COLUMN: "{:.1e}"}),
+        control_section(records, controls),
         image("trajectories", "loss trajectories of all frameworks"),
-    ] + distributed.report_section(records, md_table) + [
+    ] + migration_section(results_dir, records, records_dir, controls) + distributed.report_section(records, md_table) + [
         "## Environments",
         "",
-        md_table(environment_rows(records)),
+        md_table(environment_rows(all_records)),
         "## How these records were made",
         "",
-        md_table(provenance_rows(records)),
+        md_table(provenance_rows(all_records)),
     ]
     return "\n".join(lines)
 

@@ -10,6 +10,8 @@ import subprocess
 from collections import OrderedDict
 from typing import Callable, Dict, List, Optional, Tuple
 
+from common.spec import CONTROL_PRECISION
+
 from .bootstrap import ROOT, EnvError, env_python, last_error_line
 from .preflight import Build
 
@@ -70,7 +72,8 @@ class Target:
     def __init__(self, name: str, label: str, notebook: str, env: str, parameters: Optional[dict] = None,
                  unsupported_gpu_precisions: Optional[Dict[str, str]] = None,
                  cpu_precisions: Tuple[str, ...] = ("fp32", "bf16"),
-                 cpu_precision_reasons: Optional[Dict[str, str]] = None, variant_of: Optional[str] = None):
+                 cpu_precision_reasons: Optional[Dict[str, str]] = None, variant_of: Optional[str] = None,
+                 control_precisions: Tuple[str, ...] = ()):
         self.name = name
         self.variant_of = variant_of            # the row of record this target is a faster variant of
         self.label = label
@@ -80,6 +83,7 @@ class Target:
         self.unsupported_gpu_precisions = unsupported_gpu_precisions or {}  # precision -> why it has no GPU path
         self.cpu_precisions = cpu_precisions                                 # precisions that run on a CPU
         self.cpu_precision_reasons = cpu_precision_reasons or {}            # precision -> why not on a CPU
+        self.control_precisions = control_precisions  # a reference mode (fp64), on any device; never a benchmark row
 
     @property
     def row_of_record(self) -> str:
@@ -88,7 +92,7 @@ class Target:
 
     def cpu_precision_reason(self, precision: str) -> Optional[str]:
         """Why ``precision`` does not run on a CPU for this target, or None when it does."""
-        if precision in self.cpu_precisions:
+        if precision in self.cpu_precisions or precision in self.control_precisions:
             return None
         if precision == "tf32":
             return "precision tf32 needs an NVIDIA GPU (Ampere or newer): TF32 is a format of its tensor cores, a CPU has none"
@@ -226,7 +230,8 @@ ENVS = OrderedDict((e.name, e) for e in [
 ])
 
 TARGETS = OrderedDict((t.name, t) for t in [
-    Target("pytorch", "PyTorch (torch.nn)", "PyTorch_DS2.ipynb", "pytorch"),
+    # fp64: the float64 control of issue #12 (common/spec.py CONTROL_PRECISION), the PyTorch notebook only
+    Target("pytorch", "PyTorch (torch.nn)", "PyTorch_DS2.ipynb", "pytorch", control_precisions=(CONTROL_PRECISION,)),
     Target("tensorflow", "TensorFlow (tf.keras)", "TensorFlow_DS2.ipynb", "tensorflow"),
     # bf16 on a CPU: mx.contrib.amp's bfloat16 mode (oneDNN) puts convolutions and dense layers in bf16,
     # the RNN and CTC stay fp32 (the notebook says why)
@@ -275,6 +280,19 @@ ALL_TARGETS = OrderedDict(list(TARGETS.items()) + list(VARIANTS.items()))
 def variants_of(name: str) -> list:
     """The variant targets of the row of record ``name``."""
     return [v for v in VARIANTS.values() if v.variant_of == name]
+
+
+def control_precision_error(targets, precisions) -> Optional[str]:
+    """The one line that refuses a control precision (fp64) for a target that has none, or None."""
+    for precision in precisions:
+        if precision != CONTROL_PRECISION:
+            continue
+        for t in targets:
+            if precision not in t.control_precisions:
+                have = [n for n, x in ALL_TARGETS.items() if precision in x.control_precisions]
+                return ("--precision %s is the float64 control of %s only (a reference trajectory, not a benchmark "
+                        "row); %s has none" % (precision, ", ".join(have) or "no target", t.name))
+    return None
 
 
 def names() -> str:
