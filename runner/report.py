@@ -396,9 +396,9 @@ def tensor_groups(names, config: dict) -> "OrderedDict":
 def convention_rows(records: List[dict], records_dir: str, controls: Optional[List[dict]] = None) -> List[OrderedDict]:
     """Per completed fp32 record with an export, against PyTorch's export after the same benchmark on the
     same device: the largest relative difference (max |a - b| / max |b| per tensor, the largest over the
-    group) of the parameters, the RNN biases (and their least-squares scale against PyTorch's: a framework
-    with one bias per direction moves it half as fast as PyTorch's b_ih + b_hh, whose two halves both take
-    the full step), the running means and the running variances (and the median ratio of the variances:
+    group) of the parameters, the RNN biases (and their least-squares scale against PyTorch's: 0.5 would
+    mean one side trains two biases per direction, b_ih and b_hh both taking the full step, so their sum
+    learns twice as fast -- PyTorch and MXNet freeze b_hh at 0 for that reason), the running means and the running variances (and the median ratio of the variances:
     a biased-variance framework stores less)."""
     from .migrate import BN_CONVENTIONS
     rows = []
@@ -443,8 +443,8 @@ def convention_rows(records: List[dict], records_dir: str, controls: Optional[Li
                 ratios = np.concatenate([(mine[n].astype(np.float64) / theirs[n].astype(np.float64)).ravel()
                                          for n in names])
                 row["Variance ratio (median)"] = float(np.median(ratios))
-        row["Two RNN biases"] = "yes" if ((rec.get("checks") or {}).get("params") or {}).get("extra_rnn_biases") \
-            else "no"
+        row["Two RNN biases"] = "yes (b_hh frozen at 0)" if ((rec.get("checks") or {}).get("params") or {}).get(
+            "extra_rnn_biases") else "no"
         row["Running-variance convention"] = BN_CONVENTIONS.get(row_of_record(rec), "?")
         rows.append(row)
     return rows
@@ -479,10 +479,11 @@ def migration_section(results_dir: str, records: List[dict], records_dir: str,
                   "tensor group (max |a - b| / max |b| per tensor). Parameters differ by the training's rounding, "
                   "which this short epoch amplifies (the first row, when a float64 control ran, shows how far "
                   "PyTorch fp32 lands from its own float64 run: the scale of rounding alone); "
-                  "the RNN biases of a one-bias framework move half as far as PyTorch's `b_ih + b_hh` (scale "
-                  "\u2248 0.5; MXNet and cuDNN keep two biases like PyTorch); the running variances follow each "
+                  "the RNN biases compare like the parameters (scale \u2248 1: PyTorch and MXNet keep a second "
+                  "bias `b_hh` per direction but freeze it at 0 -- trained, it takes `b_ih`'s step and the sum "
+                  "learns twice as fast, scale 0.5); the running variances follow each "
                   "framework's convention (median ratio below 1: the biased batch variance; CNTK: its time "
-                  "constant, its convolutions' BatchNorm keeps none). The canonical format stores what the "
+                  "constant). The canonical format stores what the "
                   "framework keeps, as is.", "",
                   md_table(conventions, {"Parameters": "{:.1e}", "RNN biases": "{:.1e}", "Running means": "{:.1e}",
                                          "Running variances": "{:.1e}", "RNN bias scale vs PyTorch": "{:.3f}",
