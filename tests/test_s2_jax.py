@@ -76,10 +76,12 @@ def test_two_jax_processes_equal_one_process_with_the_global_batch(tmp_path):
     assert len(rec["losses"]["train"]) == len(single["losses"]["train"]) == rec["timing"]["steps"]
     assert "Data-parallel: W workers against one" in two.markdown()
 
-    # the data-parallel run exported too (process 0 alone wrote the files), and its export is the
-    # single run's up to the equivalence tolerance: the same trained model
+    # the data-parallel run exported too (process 0 alone wrote the files), and its export is the single
+    # run's trained model: the NumPy reference's training-mode loss of the two exports agrees to 1e-3.
+    # Not 1e-5: a whole epoch amplifies the order of float additions -- measured on smoke, 2 x 4 against
+    # 1 x 8 differ by 2.5e-4, and so do the jax and jax+unroll rows (one process each, 2.3e-4).
     ex1, ex2 = export_ok(single), export_ok(rec)
     assert ex1["path"] != ex2["path"]
     for ex in (ex1, ex2):
         assert os.path.isfile(os.path.join(ROOT, ex["path"]) if not os.path.isabs(ex["path"]) else ex["path"])
-    assert ex2["train_loss"]["reference"] == pytest.approx(ex1["train_loss"]["reference"], rel=1e-5)
+    assert ex2["train_loss"]["reference"] == pytest.approx(ex1["train_loss"]["reference"], rel=1e-3)
