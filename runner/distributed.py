@@ -172,7 +172,8 @@ LAUNCHERS = OrderedDict((l.name, l) for l in [
              ran_here="yes: tests/fixtures/dp_fixture.ipynb with collective='jax' (jax.distributed.initialize, "
                       "process_allgather over gloo, W=2, jax-cpu); the DS2 Keras notebook on JAX, W=2 on smoke "
                       "(keras.distribution.DataParallel): 2 x 4 = 1 x 8 to 9.9e-8 (tests/test_s2_keras.py); the DS2 "
-                      "JAX notebook (NamedSharding over a 'data' mesh): see tests/test_s2_jax.py",
+                      "JAX notebook (NamedSharding over a 'data' mesh, batches W does not divide replicated): "
+                      "2 x 4 = 1 x 8 to 1.6e-7 (tests/test_s2_jax.py)",
              multinode="one process per host, DS2_COORDINATOR=HOST0:PORT on every host, DS2_PROCESS_ID = the "
                        "host's index (not run here)",
              rank_env=_jax_env, ports=1),
