@@ -16,14 +16,40 @@ from common import results  # noqa: E402
 class RunAll:
     """The outcome of one run_all.py invocation: exit status, output, records by target."""
 
-    def __init__(self, args, results_dir):
+    def __init__(self, args, results_dir, _run=True):
         self.results_dir = str(results_dir)
-        cmd = [sys.executable, os.path.join(ROOT, "run_all.py"), "--results-dir", self.results_dir,
-               "--no-progress"] + list(args)
-        proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
-        self.returncode = proc.returncode
-        self.output = proc.stdout
-        print(self.output)  # shown by pytest when a test fails
+        self.returncode, self.output = 0, ""
+        if _run:
+            cmd = [sys.executable, os.path.join(ROOT, "run_all.py"), "--results-dir", self.results_dir,
+                   "--no-progress"] + list(args)
+            proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  universal_newlines=True)
+            self.returncode = proc.returncode
+            self.output = proc.stdout
+            print(self.output)  # shown by pytest when a test fails
+        self._load()
+
+    @classmethod
+    def reuse(cls, run, target, results_dir, precision="fp32"):
+        """``run``'s record of ``target`` (e.g. the session's smoke run: batch 8, one worker) copied into
+        ``results_dir``, as the outcome of a run there: the single-worker reference a data-parallel test
+        compares with is the session's run, not a second run of the same notebook.  Its export files stay
+        where the record says (absolute paths)."""
+        import shutil
+        src = os.path.join(run.results_dir, "records")
+        dst = os.path.join(str(results_dir), "records")
+        os.makedirs(dst, exist_ok=True)
+        for name in sorted(os.listdir(src)):
+            if name.endswith(".json"):
+                rec = results.read_record(os.path.join(src, name))
+                if rec.get("target") == target and rec.get("precision") == precision \
+                        and not (rec.get("distributed") or {}).get("world_size"):
+                    shutil.copy(os.path.join(src, name), os.path.join(dst, name))
+        out = cls([], results_dir, _run=False)
+        out.output = run.output
+        return out
+
+    def _load(self):
         records_dir = os.path.join(self.results_dir, "records")
         self.records = {}
         if os.path.isdir(records_dir):
@@ -75,6 +101,15 @@ def smoke(tmp_path_factory):
     """Every selected row of record and variant, fp32, smoke preset, on the CPU: one run_all.py."""
     return run_all(["--preset", "smoke", "--device", "cpu", "--frameworks", ",".join(selected_targets()),
                     "--timeout", "3600"], tmp_path_factory.mktemp("smoke"))
+
+
+@pytest.fixture(scope="session")
+def smoke_fp64(tmp_path_factory):
+    """The float64 control of issue #12: PyTorch in float64 on the smoke preset (a reference mode, not a row)."""
+    if "pytorch" not in selected_targets():
+        pytest.skip("the pytorch target is not selected")
+    return run_all(["--preset", "smoke", "--device", "cpu", "--precision", "fp64", "--frameworks", "pytorch",
+                    "--timeout", "3600"], tmp_path_factory.mktemp("smoke_fp64"))
 
 
 @pytest.fixture(scope="session")

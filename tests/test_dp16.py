@@ -3,7 +3,7 @@ smoke preset, trains exactly like one worker with the global batch: the first 10
 relative and the same data checksum (``checks.equivalence``, computed by the runner when the
 single-worker record with the global batch is in the same results directory).
 
-Each target runs twice: ``--batch-size 8`` (one worker) and then ``--workers 2 --batch-size 4``
+The reference is the session smoke run of each target (``--batch-size 8``, one worker), copied; then ``--workers 2 --batch-size 4``
 (2 x 4), into one temporary results directory.  A target whose environment is missing (no CNTK
 interpreter) is skipped, as in tests/test_notebooks.py; ``DS2_TEST_FRAMEWORKS`` selects targets."""
 
@@ -12,7 +12,7 @@ import pytest
 from common import parallel
 from runner import distributed
 from runner.targets import ALL_TARGETS
-from tests.conftest import run_all, selected_targets
+from tests.conftest import RunAll, run_all, selected_targets
 
 DP_TARGETS = [t for t in ("cntk", "mxnet") if t in selected_targets()]
 #: what each target's record must name: its launcher and a word of its backend
@@ -20,11 +20,11 @@ EXPECTED = {"cntk": ("mpiexec", "MPI"), "mxnet": ("single", "kvstore")}
 
 
 @pytest.mark.parametrize("target", DP_TARGETS)
-def test_two_workers_equal_one_worker_with_the_global_batch(tmp_path, target):
+def test_two_workers_equal_one_worker_with_the_global_batch(tmp_path, target, smoke):
     if target == "cntk" and not distributed._which("mpiexec"):
         pytest.skip("no mpiexec (apt-get install openmpi-bin)")
     assert "workers" in distributed.notebook_parameter_names(ALL_TARGETS[target].notebook_path)
-    one = run_all(["--preset", "smoke", "--frameworks", target, "--batch-size", "8", "--timeout", "900"], tmp_path)
+    one = RunAll.reuse(smoke, target, tmp_path)             # the session's 1 x 8 run is the reference
     single = one.record(target)
     if single["status"] == "skipped":
         pytest.skip("%s: %s" % (target, single["error"]))

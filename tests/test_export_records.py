@@ -194,14 +194,6 @@ def test_every_export_migrates_into_every_framework(migration):
 
 
 # ---- the float64 control ---------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def smoke_fp64(tmp_path_factory):
-    if "pytorch" not in NAMES:
-        pytest.skip("the pytorch target is not selected")
-    return run_all(["--preset", "smoke", "--device", "cpu", "--precision", "fp64", "--frameworks", "pytorch",
-                    "--timeout", "3600"], tmp_path_factory.mktemp("smoke_fp64"))
-
-
 def test_fp64_control_passes_its_own_checks(smoke_fp64):
     rec = ok_record(smoke_fp64, "pytorch", "fp64")
     assert rec["checks"]["loss"]["ok"] and rec["checks"]["loss"]["rel_diff"] <= LOSS_RTOL["fp64"]

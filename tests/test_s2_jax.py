@@ -17,7 +17,7 @@ import pytest
 from common import parallel
 from runner import distributed
 from runner.targets import ALL_TARGETS
-from tests.conftest import ROOT, run_all, selected_targets
+from tests.conftest import RunAll, ROOT, run_all, selected_targets
 
 TARGET = "jax"
 
@@ -34,9 +34,9 @@ def export_ok(rec):
 
 
 @pytest.mark.skipif(TARGET not in selected_targets(), reason="DS2_TEST_FRAMEWORKS does not select jax")
-def test_two_jax_processes_equal_one_process_with_the_global_batch(tmp_path):
+def test_two_jax_processes_equal_one_process_with_the_global_batch(tmp_path, smoke):
     assert "workers" in distributed.notebook_parameter_names(ALL_TARGETS[TARGET].notebook_path)
-    one = run_all(["--preset", "smoke", "--frameworks", TARGET, "--batch-size", "8", "--timeout", "900"], tmp_path)
+    one = RunAll.reuse(smoke, TARGET, tmp_path)             # the session's 1 x 8 run is the reference
     single = one.record(TARGET)
     if single["status"] == "skipped":
         pytest.skip("%s: %s" % (TARGET, single["error"]))

@@ -27,18 +27,18 @@ from common.weights import load_weights, save_weights
 from runner import distributed, envs
 from runner.bootstrap import env_python
 from runner.targets import ALL_TARGETS, ENVS
-from tests.conftest import ROOT, run_all, selected_targets
+from tests.conftest import ROOT, RunAll, run_all, selected_targets
 
 SELECTED = selected_targets()
 needs_keras_jax = pytest.mark.skipif("keras-jax" not in SELECTED, reason="keras-jax not selected (DS2_TEST_FRAMEWORKS)")
 
 
 @pytest.fixture(scope="module")
-def single(tmp_path_factory):
-    """keras-jax on the smoke preset with the global batch 8, one worker (its results directory and record)."""
+def single(tmp_path_factory, smoke):
+    """keras-jax on the smoke preset with the global batch 8, one worker (its results directory and record):
+    the session's smoke run, copied (not run twice)."""
     results_dir = tmp_path_factory.mktemp("keras_dp")
-    one = run_all(["--preset", "smoke", "--device", "cpu", "--frameworks", "keras-jax", "--batch-size", "8",
-                   "--timeout", "900"], results_dir)
+    one = RunAll.reuse(smoke, "keras-jax", results_dir)
     rec = one.record("keras-jax")
     if rec["status"] == "skipped":
         pytest.skip("keras-jax: %s" % rec["error"])
@@ -93,7 +93,10 @@ def test_keras_jax_export_checks_passed(single):
 
 
 def _export_files(results_dir, rec):
-    stem = os.path.join(str(results_dir), "weights", os.path.splitext(os.path.basename(rec["export"]["path"]))[0])
+    """The export's files: beside the record's export path (the session smoke run's weights directory)."""
+    path = rec["export"]["path"]
+    path = path if os.path.isabs(path) else os.path.join(ROOT, path)
+    stem = os.path.splitext(path)[0]
     return stem + ".npz", stem + ".logits.npy", stem + ".native.keras"
 
 

@@ -17,7 +17,7 @@ from common.spec import get_preset
 from common.weights import load_state
 from runner import distributed
 from runner.targets import ALL_TARGETS
-from tests.conftest import ROOT, run_all, selected_targets
+from tests.conftest import ROOT, RunAll, run_all, selected_targets
 
 pytestmark = pytest.mark.skipif("tensorflow" not in selected_targets(), reason="tensorflow not selected")
 
@@ -38,16 +38,15 @@ def _export_ok(record, results_dir):
     return state
 
 
-def test_two_workers_equal_one_worker_with_the_global_batch(tmp_path):
+def test_two_workers_equal_one_worker_with_the_global_batch(tmp_path, smoke):
     assert "workers" in distributed.notebook_parameter_names(ALL_TARGETS["tensorflow"].notebook_path)
-    one = run_all(["--preset", "smoke", "--frameworks", "tensorflow", "--batch-size", "8", "--timeout", "900"],
-                  tmp_path)
+    one = RunAll.reuse(smoke, "tensorflow", tmp_path)      # the session's 1 x 8 run is the reference
     single = one.record("tensorflow")
     if single["status"] == "skipped":
         pytest.skip(single["error"])
     assert single["status"] == "ok", single["error"]
     assert "distributed" not in single
-    single_state = _export_ok(single, tmp_path)
+    single_state = _export_ok(single, smoke.results_dir)
 
     two = run_all(["--preset", "smoke", "--frameworks", "tensorflow", "--workers", "2", "--batch-size", "4",
                    "--timeout", "900"], tmp_path)
