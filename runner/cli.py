@@ -109,6 +109,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", action="store_true",
                    help="also profile one training step on an 8-s batch (the record's profile section)")
     p.add_argument("--seed", type=non_negative_int, default=0, help="seed of data and initial weights (default 0)")
+    p.add_argument("--init-weights", default=None, metavar="NPZ",
+                   help="start every notebook from this canonical .npz (e.g. another run's export, results/weights/"
+                        "*.npz) instead of the canonical initial weights of --seed; checked against the preset's "
+                        "model before anything runs (README: Migrating a trained model)"),
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                    help="auto: cuda when nvidia-smi sees a GPU (default)")
     p.add_argument("--workers", type=positive_int, default=1,
@@ -284,6 +288,8 @@ def _main(argv=None) -> int:
                           % CONTROL_PRECISION)
         if args.migrate and args.profile:
             errors.append("--migrate trains nothing, so there is no step to --profile")
+        if args.migrate and args.init_weights:
+            errors.append("--migrate loads each source's export itself; drop --init-weights")
         errors = [e for e in errors if e]
     if errors:
         return error(errors[0])
@@ -319,6 +325,13 @@ def _main(argv=None) -> int:
     presets = [get_preset(args.preset).with_overrides(batch_size=bs, scale=args.scale)
                for bs in (args.batch_size or [None])]
     preset = presets[0]
+    if args.init_weights:                 # a bad file is one line now, not eight failed notebooks later
+        from common.weights import WeightsError, load_state
+        args.init_weights = os.path.abspath(args.init_weights)
+        try:
+            load_state(args.init_weights, preset.config)
+        except WeightsError as e:
+            return error("--init-weights: %s (preset %s)" % (e, preset.name))
     if device == "cuda":
         print("\n".join(preflight.report(targets, gpus, gpu_builds)))
 
@@ -353,7 +366,7 @@ def _main(argv=None) -> int:
         opts = execute.RunOptions(run_preset, precision, args.seed, device, results_dir, timeout=args.timeout,
                                   pythons=pythons, command=command, gpu=gpus[0] if gpus else None,
                                   progress=not args.no_progress, found=discovered, gpu_builds=gpu_builds,
-                                  profile=args.profile)
+                                  profile=args.profile, init_weights=args.init_weights)
         try:
             if args.workers > 1:
                 from . import distributed

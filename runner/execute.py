@@ -28,7 +28,7 @@ class RunOptions:
                  timeout: Optional[float] = None, pythons: Optional[Dict[str, str]] = None,
                  command: str = "", gpu: Optional[dict] = None, progress: bool = True,
                  found: Optional[Set[str]] = None, gpu_builds: Optional[Dict[str, str]] = None,
-                 profile: bool = False):
+                 profile: bool = False, init_weights: Optional[str] = None):
         self.preset = preset
         self.precision = precision
         self.seed = seed
@@ -42,6 +42,7 @@ class RunOptions:
         self.found = found or set()     # env names whose interpreter was found here, not given (CNTK's)
         self.gpu_builds = gpu_builds or {}  # env name -> CUDA build forced with --gpu-build (runner/preflight.py)
         self.profile = profile          # profile one training step (the notebook's ``profile`` parameter)
+        self.init_weights = init_weights  # a canonical .npz every notebook starts from (``init_weights``), or None
 
     @property
     def device_slug(self) -> str:
@@ -129,6 +130,8 @@ def notebook_parameters(target: Target, opts: RunOptions, result_path: str) -> d
                   target=target.name, **target.parameters)
     if opts.profile:
         params["profile"] = True
+    if getattr(opts, "init_weights", None):
+        params["init_weights"] = opts.init_weights
     return params
 
 

@@ -317,3 +317,34 @@ def test_missing_cntk_interpreter_is_skipped_with_its_reason(tmp_path, monkeypat
     rec = run.record("cntk")
     assert rec["status"] == "skipped" and "--cntk-python" in rec["error"]
     assert "CNTK interpreter: none found" in run.output
+
+
+def test_init_weights_is_checked_before_anything_runs(tmp_path):
+    """--init-weights: a file that does not fit the preset's model is one line before any environment or notebook."""
+    from common.spec import get_preset
+    from common.weights import canonical_state, save_weights
+    state = canonical_state(get_preset("quick").config, 0)           # another preset's widths
+    path = str(tmp_path / "quick.npz")
+    save_weights(path, state)
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "run_all.py"), "--preset", "smoke", "--frameworks",
+                          "pytorch", "--init-weights", path, "--results-dir", str(tmp_path / "res")],
+                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
+    assert out.returncode != 0
+    lines = [l for l in out.stdout.splitlines() if "--init-weights" in l]
+    assert lines and "not a canonical name of this model" in lines[0] and path in lines[0], out.stdout
+    assert not os.path.exists(str(tmp_path / "res" / "records"))
+    missing = str(tmp_path / "none.npz")
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "run_all.py"), "--preset", "smoke", "--frameworks",
+                          "pytorch", "--init-weights", missing, "--results-dir", str(tmp_path / "res")],
+                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
+    assert out.returncode != 0 and "does not exist" in out.stdout, out.stdout
+
+
+def test_init_weights_reaches_the_notebook_parameters():
+    from runner import execute
+    from runner.targets import ALL_TARGETS
+    from common.spec import get_preset
+    opts = execute.RunOptions(get_preset("smoke"), "fp32", 0, "cpu", "/tmp/r", init_weights="/x/y.npz")
+    assert execute.notebook_parameters(ALL_TARGETS["pytorch"], opts, "r.json")["init_weights"] == "/x/y.npz"
+    plain = execute.RunOptions(get_preset("smoke"), "fp32", 0, "cpu", "/tmp/r")
+    assert "init_weights" not in execute.notebook_parameters(ALL_TARGETS["pytorch"], plain, "r.json")
