@@ -31,14 +31,18 @@ VARIANT_NAMES = [t for t in selected_targets() if t in VARIANTS]
 #: its own float64 control -- the same code, only the rounding differs -- ends with tensors apart by up to 44 %
 #: of what training changed in them (conv2.bn.gamma; conv weights 12 %, bd1 7-10 %, fc 0.4 %, out.b 0.002 %),
 #: and its loss trajectory drifts from 6e-9 at step 1 to 9e-5.  TensorFlow against PyTorch: at most 47 % of
-#: the update (conv1.bn.gamma), 1-10 x PyTorch's own spread per tensor.  So a tensor passes within 3 x
-#: PyTorch's own rounding spread, or within half of its update; it fails when the framework did not train
+#: the update (conv1.bn.gamma), 1-10 x PyTorch's own spread per tensor; in a later run (PyTorch's second RNN
+#: bias frozen, as the spec's one bias) 56 % there.  So a tensor passes within 3 x PyTorch's own rounding
+#: spread, or within three quarters of its update; it fails when the framework did not train
 #: (difference = the whole update), trained with another learning rate, momentum or loss scale (an update
 #: off by a factor), exported another step, or maps a layout wrongly (a difference of the size of the weights).
 #: RNN biases are compared per bias (see the test); running means like the parameters (their start is 0);
 #: running variances by the convention band.
 OWN_FACTOR = 3.0
-UPDATE_SHARE = 0.5
+UPDATE_SHARE = 0.75
+#: the RNN biases' least-squares scale against PyTorch's (measured 0.994-1.006; 0.499 when PyTorch trained
+#: its second bias b_hh too, so that b_ih + b_hh learned twice as fast): the robust test of the bias rate
+BIAS_SCALE = (0.9, 1.1)
 #: the running variances of a biased-variance framework: ratio to PyTorch's in [(n_min-1)/n_min, 1], widened
 #: by this for the same chaos (measured TF/PyTorch ratios 0.9906-1.0032 for the sequence BatchNorms, n_min 75)
 RUNNING_RTOL = 1e-2
@@ -150,8 +154,15 @@ def test_exported_model_agrees_with_pytorchs_after_the_same_epoch(smoke, smoke_f
             if group == "running_means" and target == "cntk":
                 continue
             if diff > tol:
-                failures.append("%s: max |diff| %.3g > %.3g (3 x PyTorch's own %.3g, half its update %.3g)"
-                                % (name, diff, tol, own, update))
+                failures.append("%s: max |diff| %.3g > %.3g (3 x PyTorch's own %.3g, %.2f of its update %.3g)"
+                                % (name, diff, tol, own, UPDATE_SHARE, update))
+    biases = groups["rnn_biases"]
+    a = np.concatenate([(mine[n].astype(np.float64) - start[n]).ravel() for n in biases])
+    b = np.concatenate([(theirs[n].astype(np.float64) - start[n]).ravel() for n in biases])
+    scale = float(a @ b / (b @ b))
+    lines.append("RNN biases' update, least-squares scale against PyTorch's: %.4f" % scale)
+    if not BIAS_SCALE[0] <= scale <= BIAS_SCALE[1]:
+        failures.append("the RNN biases moved %.3f x as far as PyTorch's (expected %s)" % (scale, BIAS_SCALE))
     print("%s vs pytorch:\n%s" % (target, "\n".join(lines)))
     assert not failures, "%s's export differs from PyTorch's: %s" % (target, "; ".join(failures))
 
