@@ -122,6 +122,24 @@ def papermill_reason(exc: BaseException, timeout: Optional[float]) -> str:
     return "%s: %s" % (name, results.one_line(str(exc)))
 
 
+def run_papermill(notebook_in: str, notebook_out: str, parameters: dict, kernel: str, cwd: str, opts: RunOptions,
+                  kernel_log: str) -> Optional[Exception]:
+    """Execute ``notebook_in`` with papermill in ``kernel`` (its output to ``kernel_log``), within
+    ``opts.timeout`` per cell; the error it raised, or None.  Signals are deferred while it runs (a signal stops
+    the kernel, papermill saves what ran and raises), and no kernel is left running, whatever happened."""
+    import papermill as pm
+    with interrupt.deferred():
+        try:
+            pm.execute_notebook(notebook_in, notebook_out, parameters=parameters, kernel_name=kernel, cwd=cwd,
+                                execution_timeout=opts.timeout, progress_bar=opts.progress, log_output=False,
+                                report_mode=False, kernel_manager_class=kernel_manager_logging_to(kernel_log))
+        except Exception as e:  # papermill/nbclient raise many kinds; each becomes a failed row
+            return e
+        finally:
+            interrupt.reap_kernels()
+    return None
+
+
 def notebook_parameters(target: Target, opts: RunOptions, result_path: str) -> dict:
     """What papermill writes into the notebook's ``parameters`` cell.  ``profile`` only when asked
     for, so a notebook without that parameter still runs."""
@@ -271,24 +289,14 @@ def _run(target, opts, announce, finish, done, staged, partial_nb, notebook_out,
         missing = env.needs_python and env.name not in opts.pythons   # not given: skipped, not broken
         return finish("skipped" if missing else "failed", "environment %s: %s" % (env.name, e))
     # 3. the notebook: a signal stops its kernel, papermill saves what ran and returns with an error
-    import papermill as pm
     parameters = notebook_parameters(target, opts, staged)
     if os.path.exists(staged):
         os.remove(staged)
     if os.path.exists(kernel_log):
         os.remove(kernel_log)
     t0 = time.time()
-    error = None
-    with interrupt.deferred():
-        try:
-            pm.execute_notebook(target.notebook_path, partial_nb, parameters=parameters, kernel_name=kernel,
-                                cwd=os.path.dirname(target.notebook_path), execution_timeout=opts.timeout,
-                                progress_bar=opts.progress, log_output=False, report_mode=False,
-                                kernel_manager_class=kernel_manager_logging_to(kernel_log))
-        except Exception as e:  # papermill/nbclient raise many kinds; each becomes a failed row
-            error = e
-        finally:
-            interrupt.reap_kernels()    # none is left running, whatever happened
+    error = run_papermill(target.notebook_path, partial_nb, parameters, kernel, os.path.dirname(target.notebook_path),
+                          opts, kernel_log)
     # (an interruption is raised here, as the block ends)
     with interrupt.deferred():
         executed = _keep(partial_nb, notebook_out)

@@ -318,24 +318,14 @@ def run_pair(source: Target, destination: Target, opts: "execute.RunOptions", ke
         except (MigrateError, OSError, ValueError) as e:
             return finish("failed", str(e))
         # 3. the trimmed notebook
-        import papermill as pm
         parameters = execute.notebook_parameters(destination, opts, result_path)
         parameters.pop("profile", None)
         parameters["init_weights"] = src["weights"]
         if os.path.exists(kernel_log):
             os.remove(kernel_log)
         t0 = time.time()
-        error = None
-        with interrupt.deferred():
-            try:
-                pm.execute_notebook(notebook_in, partial_nb, parameters=parameters, kernel_name=kernel,
-                                    cwd=os.path.dirname(destination.notebook_path), execution_timeout=opts.timeout,
-                                    progress_bar=opts.progress, log_output=False, report_mode=False,
-                                    kernel_manager_class=execute.kernel_manager_logging_to(kernel_log))
-            except Exception as e:   # papermill/nbclient raise many kinds; each becomes a failed cell
-                error = e
-            finally:
-                interrupt.reap_kernels()
+        error = execute.run_papermill(notebook_in, partial_nb, parameters, kernel,
+                                      os.path.dirname(destination.notebook_path), opts, kernel_log)
         with interrupt.deferred():
             executed = execute._keep(partial_nb, notebook_out)
             rec["run"].update(executed_notebook=_rel(executed), wall_s=time.time() - t0)
