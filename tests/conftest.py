@@ -121,3 +121,34 @@ def smoke_bf16(tmp_path_factory):
         pytest.skip("no selected target runs bf16 on a CPU")
     return run_all(["--preset", "smoke", "--device", "cpu", "--precision", "bf16", "--frameworks", ",".join(names),
                     "--timeout", "3600"], tmp_path_factory.mktemp("smoke_bf16"))
+
+
+# ---- the checks every data-parallel test shares (issues #15, #16) ------------------------------------------
+def two_worker_record(two, target):
+    """The one record of ``target`` with world size 2 that the ``--workers 2`` run ``two`` wrote; it is ok and
+    the run exited 0."""
+    recs = [r for r in two.records[target] if (r.get("distributed") or {}).get("world_size") == 2]
+    assert len(recs) == 1, two.output
+    rec = recs[0]
+    assert rec["status"] == "ok", rec["error"]
+    assert two.returncode == 0, two.output
+    return rec
+
+
+def assert_trains_like(rec, single):
+    """The W-worker record ``rec`` trains like the single-worker record ``single``: the runner's
+    ``checks.equivalence`` passed over the first 10 losses within 1e-5 with the same data checksum, the same
+    comparison recomputed from the two records agrees, the losses move (not vacuous) and both trained the
+    whole epoch.  Returns the equivalence, for each test's own further checks."""
+    from common import parallel
+    eq = rec["checks"]["equivalence"]
+    assert eq["ok"] is True, eq
+    assert eq["steps_compared"] == parallel.EQUIVALENCE_STEPS == 10
+    assert eq["loss_rel_diff"] <= 1e-5 and eq["rel_diff"] <= 1e-5, eq
+    assert eq["checksum_equal"] and rec["data"]["checksum"] == single["data"]["checksum"]
+    again = parallel.equivalence(rec, single)
+    assert again["ok"] and again["loss_rel_diff"] == pytest.approx(eq["loss_rel_diff"], abs=1e-15)
+    first = parallel.first_losses(rec)
+    assert len(set(first.round(3))) > 5
+    assert len(rec["losses"]["train"]) == len(single["losses"]["train"]) == rec["timing"]["steps"]
+    return eq

@@ -12,7 +12,7 @@ import pytest
 from common import parallel
 from runner import distributed
 from runner.targets import ALL_TARGETS
-from tests.conftest import RunAll, run_all, selected_targets
+from tests.conftest import assert_trains_like, run_all, RunAll, selected_targets, two_worker_record
 
 DP_TARGETS = [t for t in ("cntk", "mxnet") if t in selected_targets()]
 #: what each target's record must name: its launcher and a word of its backend
@@ -33,30 +33,15 @@ def test_two_workers_equal_one_worker_with_the_global_batch(tmp_path, target, sm
 
     two = run_all(["--preset", "smoke", "--frameworks", target, "--workers", "2", "--batch-size", "4",
                    "--timeout", "900"], tmp_path)
-    recs = [r for r in two.records[target] if (r.get("distributed") or {}).get("world_size") == 2]
-    assert len(recs) == 1, two.output
-    rec = recs[0]
-    assert rec["status"] == "ok", rec["error"]
-    assert two.returncode == 0, two.output
+    rec = two_worker_record(two, target)
     d = rec["distributed"]
     launcher, backend = EXPECTED[target]
     assert d["launcher"] == launcher and backend in d["backend"], d
     assert d["notebook_world_size"] == 2 and d["per_worker_batch"] == 4 and d["global_batch"] == 8
     assert rec["batch_size"] == single["batch_size"] == 8
 
-    eq = rec["checks"]["equivalence"]
-    assert eq["ok"] is True, eq
-    assert eq["steps_compared"] == parallel.EQUIVALENCE_STEPS == 10
-    assert eq["loss_rel_diff"] <= 1e-5 and eq["rel_diff"] <= 1e-5, eq
-    assert eq["checksum_equal"] and rec["data"]["checksum"] == single["data"]["checksum"]
+    eq = assert_trains_like(rec, single)   # tests/conftest.py: the checks every data-parallel test shares
     assert rec["checks"]["checksum"]["ok"]
-    # the same comparison, recomputed from the two records (not only the runner's word for it)
-    again = parallel.equivalence(rec, single)
-    assert again["ok"] and again["loss_rel_diff"] == pytest.approx(eq["loss_rel_diff"], abs=1e-15)
-    # not vacuous: the losses move (training happened), and both records trained the whole epoch
-    first = parallel.first_losses(rec)
-    assert len(set(first.round(3))) > 5
-    assert len(rec["losses"]["train"]) == len(single["losses"]["train"]) == rec["timing"]["steps"]
     assert "Data-parallel: W workers against one" in two.markdown()
 
 

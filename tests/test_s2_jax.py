@@ -14,10 +14,9 @@ import os
 
 import pytest
 
-from common import parallel
 from runner import distributed
 from runner.targets import ALL_TARGETS
-from tests.conftest import RunAll, ROOT, run_all, selected_targets
+from tests.conftest import assert_trains_like, ROOT, run_all, RunAll, selected_targets, two_worker_record
 
 TARGET = "jax"
 
@@ -47,11 +46,7 @@ def test_two_jax_processes_equal_one_process_with_the_global_batch(tmp_path, smo
 
     two = run_all(["--preset", "smoke", "--frameworks", TARGET, "--workers", "2", "--batch-size", "4",
                    "--timeout", "900"], tmp_path)
-    recs = [r for r in two.records[TARGET] if (r.get("distributed") or {}).get("world_size") == 2]
-    assert len(recs) == 1, two.output
-    rec = recs[0]
-    assert rec["status"] == "ok", rec["error"]
-    assert two.returncode == 0, two.output
+    rec = two_worker_record(two, TARGET)
     d = rec["distributed"]
     assert d["launcher"] == "jax" and "jax.distributed" in d["backend"] and "gloo" in d["backend"], d
     assert d["notebook_world_size"] == 2 and d["per_worker_batch"] == 4 and d["global_batch"] == 8
@@ -60,20 +55,9 @@ def test_two_jax_processes_equal_one_process_with_the_global_batch(tmp_path, smo
     assert d["replicated_minibatches"] > 0, d
     assert len(d["mesh"]["devices"]) == 2, d
 
-    eq = rec["checks"]["equivalence"]
-    assert eq["ok"] is True, eq
-    assert eq["steps_compared"] == parallel.EQUIVALENCE_STEPS == 10
-    assert eq["loss_rel_diff"] <= 1e-5 and eq["rel_diff"] <= 1e-5, eq
+    eq = assert_trains_like(rec, single)   # tests/conftest.py: the checks every data-parallel test shares
     assert eq["param_rel_diff"] is not None and eq["param_rel_diff"] <= 1e-5, eq   # both records have a summary
-    assert eq["checksum_equal"] and rec["data"]["checksum"] == single["data"]["checksum"]
     assert rec["checks"]["checksum"]["ok"]
-    # the same comparison, recomputed from the two records (not only the runner's word for it)
-    again = parallel.equivalence(rec, single)
-    assert again["ok"] and again["loss_rel_diff"] == pytest.approx(eq["loss_rel_diff"], abs=1e-15)
-    # not vacuous: the losses move (training happened), and both records trained the whole epoch
-    first = parallel.first_losses(rec)
-    assert len(set(first.round(3))) > 5
-    assert len(rec["losses"]["train"]) == len(single["losses"]["train"]) == rec["timing"]["steps"]
     assert "Data-parallel: W workers against one" in two.markdown()
 
     # the data-parallel run exported too (process 0 alone wrote the files), and its export is the single

@@ -20,14 +20,13 @@ import sys
 import numpy as np
 import pytest
 
-from common import parallel
 from common.data import DeepMarkIterator
 from common.spec import get_preset
 from common.weights import load_weights, save_weights
 from runner import distributed, envs
 from runner.bootstrap import env_python
 from runner.targets import ALL_TARGETS, ENVS
-from tests.conftest import ROOT, RunAll, run_all, selected_targets
+from tests.conftest import assert_trains_like, ROOT, run_all, RunAll, selected_targets, two_worker_record
 
 SELECTED = selected_targets()
 needs_keras_jax = pytest.mark.skipif("keras-jax" not in SELECTED, reason="keras-jax not selected (DS2_TEST_FRAMEWORKS)")
@@ -55,28 +54,15 @@ def test_keras_jax_two_workers_equal_one_worker_with_the_global_batch(single):
 
     two = run_all(["--preset", "smoke", "--device", "cpu", "--frameworks", "keras-jax", "--workers", "2",
                    "--batch-size", "4", "--timeout", "900"], one.results_dir)
-    recs = [r for r in two.records["keras-jax"] if (r.get("distributed") or {}).get("world_size") == 2]
-    assert len(recs) == 1, two.output
-    rec = recs[0]
-    assert rec["status"] == "ok", rec["error"]
-    assert two.returncode == 0, two.output
+    rec = two_worker_record(two, "keras-jax")
     d = rec["distributed"]
     assert d["launcher"] == "jax" and "DataParallel" in d["backend"] and "gloo" in d["backend"], d
     assert d["notebook_world_size"] == 2 and d["per_worker_batch"] == 4 and d["global_batch"] == 8
     assert d["replicated_batches"] == 8                       # the smoke pass's batches of odd size
     assert rec["batch_size"] == single_rec["batch_size"] == 8
 
-    eq = rec["checks"]["equivalence"]
-    assert eq["ok"] is True, eq
-    assert eq["steps_compared"] == parallel.EQUIVALENCE_STEPS == 10
-    assert eq["loss_rel_diff"] <= 1e-5 and eq["rel_diff"] <= 1e-5, eq
+    eq = assert_trains_like(rec, single_rec)   # tests/conftest.py: the checks every data-parallel test shares
     assert eq["param_rel_diff"] is not None and eq["param_rel_diff"] <= 1e-5, eq    # moving statistics included
-    assert eq["checksum_equal"] and rec["data"]["checksum"] == single_rec["data"]["checksum"]
-    again = parallel.equivalence(rec, single_rec)              # recomputed from the two records
-    assert again["ok"] and again["loss_rel_diff"] == pytest.approx(eq["loss_rel_diff"], abs=1e-15)
-    first = parallel.first_losses(rec)                          # not vacuous: the losses move
-    assert len(set(first.round(3))) > 5
-    assert len(rec["losses"]["train"]) == len(single_rec["losses"]["train"]) == rec["timing"]["steps"]
     assert rec["export"]["inference"]["ok"] and rec["export"]["native"]["ok"] and rec["export"]["train_loss"]["ok"]
     assert "Data-parallel: W workers against one" in two.markdown()
 

@@ -25,7 +25,7 @@ from common.spec import get_preset
 from common.weights import load_state
 from runner import distributed
 from runner.targets import ALL_TARGETS
-from tests.conftest import ROOT, RunAll, run_all, selected_targets
+from tests.conftest import assert_trains_like, ROOT, run_all, RunAll, selected_targets, two_worker_record
 
 pytestmark = pytest.mark.skipif("pytorch" not in selected_targets(),
                                 reason="pytorch is not among DS2_TEST_FRAMEWORKS")
@@ -66,11 +66,7 @@ def two_runs(tmp_path, precision, reference):
     check_export(single, reference.results_dir)
 
     two = run_all(common_args + ["--workers", "2", "--batch-size", "4"], tmp_path)
-    recs = [r for r in two.records["pytorch"] if (r.get("distributed") or {}).get("world_size") == 2]
-    assert len(recs) == 1, two.output
-    rec = recs[0]
-    assert rec["status"] == "ok", rec["error"]
-    assert two.returncode == 0, two.output
+    rec = two_worker_record(two, "pytorch")
     assert rec["precision"] == precision
     d = rec["distributed"]
     assert d["launcher"] == "torchrun" and d["backend"] == "gloo", d
@@ -80,19 +76,8 @@ def two_runs(tmp_path, precision, reference):
     # not vacuous: the epoch has uneven shares and empty ones
     assert d["shard_stats"]["uneven_batches"] > 0 and d["shard_stats"]["batches_with_empty_shards"] > 0, d
 
-    eq = rec["checks"]["equivalence"]
-    assert eq["ok"] is True, eq
-    assert eq["steps_compared"] == parallel.EQUIVALENCE_STEPS == 10
-    assert eq["loss_rel_diff"] <= 1e-5 and eq["rel_diff"] <= 1e-5, eq
-    assert eq["checksum_equal"] and rec["data"]["checksum"] == single["data"]["checksum"]
+    eq = assert_trains_like(rec, single)   # tests/conftest.py: the checks every data-parallel test shares
     assert rec["checks"]["checksum"]["ok"]
-    # the same comparison, recomputed from the two records (not only the runner's word for it)
-    again = parallel.equivalence(rec, single)
-    assert again["ok"] and again["loss_rel_diff"] == pytest.approx(eq["loss_rel_diff"], abs=1e-15)
-    # the losses move (training happened), and both records trained the whole epoch
-    first = parallel.first_losses(rec)
-    assert len(set(first.round(3))) > 5
-    assert len(rec["losses"]["train"]) == len(single["losses"]["train"]) == rec["timing"]["steps"]
     # rank 0's export passes the same checks
     check_export(rec, str(tmp_path))
     assert rec["export"]["path"] != single["export"]["path"]

@@ -17,7 +17,7 @@ from common.spec import get_preset
 from common.weights import load_state
 from runner import distributed
 from runner.targets import ALL_TARGETS
-from tests.conftest import ROOT, RunAll, run_all, selected_targets
+from tests.conftest import assert_trains_like, ROOT, run_all, RunAll, selected_targets, two_worker_record
 
 pytestmark = pytest.mark.skipif("tensorflow" not in selected_targets(), reason="tensorflow not selected")
 
@@ -50,11 +50,7 @@ def test_two_workers_equal_one_worker_with_the_global_batch(tmp_path, smoke):
 
     two = run_all(["--preset", "smoke", "--frameworks", "tensorflow", "--workers", "2", "--batch-size", "4",
                    "--timeout", "900"], tmp_path)
-    recs = [r for r in two.records["tensorflow"] if (r.get("distributed") or {}).get("world_size") == 2]
-    assert len(recs) == 1, two.output
-    rec = recs[0]
-    assert rec["status"] == "ok", rec["error"]
-    assert two.returncode == 0, two.output
+    rec = two_worker_record(two, "tensorflow")
     d = rec["distributed"]
     assert d["launcher"] == "tf_config" and "MultiWorkerMirroredStrategy" in d["backend"], d
     assert "synchronized=True" in d["sync_batchnorm"], d
@@ -62,17 +58,8 @@ def test_two_workers_equal_one_worker_with_the_global_batch(tmp_path, smoke):
     assert d["replicated_minibatches"] > 0, d            # the smoke preset's batches of one utterance
     assert rec["batch_size"] == single["batch_size"] == 8
 
-    eq = rec["checks"]["equivalence"]
-    assert eq["ok"] is True, eq
-    assert eq["steps_compared"] == parallel.EQUIVALENCE_STEPS == 10
-    assert eq["loss_rel_diff"] <= 1e-5 and eq["rel_diff"] <= 1e-5, eq
+    eq = assert_trains_like(rec, single)   # tests/conftest.py: the checks every data-parallel test shares
     assert eq["param_rel_diff"] is not None and eq["param_rel_diff"] <= 1e-5, eq
-    assert eq["checksum_equal"] and rec["data"]["checksum"] == single["data"]["checksum"]
-    again = parallel.equivalence(rec, single)             # recomputed from the two records
-    assert again["ok"] and again["loss_rel_diff"] == pytest.approx(eq["loss_rel_diff"], abs=1e-15)
-    first = parallel.first_losses(rec)
-    assert len(set(first.round(3))) > 5                   # not vacuous: the losses move
-    assert len(rec["losses"]["train"]) == len(single["losses"]["train"]) == rec["timing"]["steps"]
 
     # the chief's export of the 2-worker run passes its checks too; its state (running statistics included) is
     # compared with the single run's through checks.param_summary above, not tensor by tensor: the smoke training
