@@ -10,6 +10,7 @@ import sys
 import time
 import uuid
 
+import nbformat
 import numpy as np
 import pytest
 
@@ -19,10 +20,9 @@ from common.spec import get_preset
 from runner import distributed, execute
 from runner.bootstrap import ENVS_DIR, env_python
 from runner.targets import ALL_TARGETS, Target
-from tests.conftest import ROOT, run_all
+from tests.conftest import ROOT, run_all, selected_targets
 
 FIXTURE = "../tests/fixtures/dp_fixture.ipynb"      # relative to notebooks/, as Target expects
-TORCH_PYTHON = env_python(os.path.join(ENVS_DIR, "pytorch-cpu"))
 
 
 # ---- sharding ---------------------------------------------------------------------------------------
@@ -361,8 +361,26 @@ if os.environ.get("LINGER"):
     import threading
     threading.Thread(target=time.sleep, args=(600,)).start()     # a non-daemon thread: the process cannot exit
 """
-CNTK_PYTHONS = [p for p in (env_python(os.path.join(ENVS_DIR, d)) for d in sorted(os.listdir(ENVS_DIR))
-                            if d.startswith("cntk-cpu")) if os.path.exists(p)] if os.path.isdir(ENVS_DIR) else []
+
+
+@pytest.fixture
+def env_of(smoke):
+    """``env_of(target)``: the interpreter of ``target``'s CPU environment, looked up after the session's smoke
+    run built the selected targets' environments (a fresh machine has none when the tests are collected). The
+    test is skipped, with the reason, when the target is not selected or its row says why it could not run."""
+    def python_of(target):
+        if target not in selected_targets():
+            pytest.skip("the %s target is not selected (DS2_TEST_FRAMEWORKS)" % target)
+        rec = smoke.record(target)
+        if rec["status"] == "skipped":
+            pytest.skip("%s: %s" % (target, rec["error"]))
+        prefix = ALL_TARGETS[target].env + "-cpu"
+        found = [env_python(os.path.join(ENVS_DIR, d)) for d in sorted(os.listdir(ENVS_DIR)) if d.startswith(prefix)]
+        found = [p for p in found if os.path.exists(p)]
+        assert found, "the smoke run of %s was %s, but no %s* environment is in %s" % (
+            target, rec["status"], prefix, ENVS_DIR)
+        return found[0]
+    return python_of
 
 
 def _launch(tmp_path, launcher, python=sys.executable, timeout=60, linger=distributed.LINGER_S, **env):
@@ -393,9 +411,8 @@ def test_processes_that_linger_after_every_rank_finished_are_stopped(tmp_path, t
     assert time.time() - t0 < 30 and all(c is not None and c < 0 for c in res.returncodes)   # stopped by a signal
 
 
-@pytest.mark.skipif(not CNTK_PYTHONS, reason="no CNTK (Python 3.6) environment in %s" % ENVS_DIR)
-def test_worker_and_sharding_run_on_python36(tmp_path, tag):
-    res, logs = _launch(tmp_path, "python", python=CNTK_PYTHONS[0])
+def test_worker_and_sharding_run_on_python36(tmp_path, tag, env_of):
+    res, logs = _launch(tmp_path, "python", python=env_of("cntk"))
     assert res.ok, res.reason
     assert "rank 1 of 2 via RANK: 1 utterances, Python 3.6" in logs[1]
 
@@ -423,12 +440,8 @@ def test_a_runner_killed_outright_takes_its_workers_along(tmp_path, tag):
 
 
 # ---- torchrun + gloo, end to end (the PyTorch environment) ---------------------------------------------
-needs_torch = pytest.mark.skipif(not os.path.exists(TORCH_PYTHON), reason="no pytorch-cpu environment in %s" % ENVS_DIR)
-
-
-@needs_torch
-def test_torchrun_gloo_all_reduce_end_to_end(tmp_path, tag):
-    rec, target, opts = _fixture_run(tmp_path, python=TORCH_PYTHON, launcher="torchrun", collective="gloo")
+def test_torchrun_gloo_all_reduce_end_to_end(tmp_path, tag, env_of):
+    rec, target, opts = _fixture_run(tmp_path, python=env_of("pytorch"), launcher="torchrun", collective="gloo")
     assert rec["status"] == "ok", rec["error"]
     assert rec["distributed"]["backend"] == "gloo" and rec["distributed"]["launcher"] == "torchrun"
     assert "torchrun --standalone --nnodes 1 --nproc_per_node 2" in rec["run"]["launch_commands"][0]
@@ -437,13 +450,12 @@ def test_torchrun_gloo_all_reduce_end_to_end(tmp_path, tag):
     assert eq["ok"] and eq["loss_rel_diff"] < 1e-12, eq
 
 
-@needs_torch
-def test_ddp_with_uneven_and_empty_shards_equals_one_process(tmp_path, tag):
+def test_ddp_with_uneven_and_empty_shards_equals_one_process(tmp_path, tag, env_of):
     """The loss rule with a real engine: DDP (gloo), float64, conv -> all-reduced BatchNorm -> linear,
     global batches of 5, 3, 1, 4 (rank 1's shares 2, 1, 0, 2): losses, parameters and BatchNorm running
     statistics equal one process on whole batches to rounding."""
     out = tmp_path / "ddp.json"
-    res = distributed.launch(distributed.LAUNCHERS["torchrun"], TORCH_PYTHON,
+    res = distributed.launch(distributed.LAUNCHERS["torchrun"], env_of("pytorch"),
                              os.path.join(ROOT, "tests", "fixtures", "ddp_uneven.py"), 2, str(tmp_path / "log"),
                              str(tmp_path / "status"), cwd=str(tmp_path), timeout=300,
                              env=dict(os.environ, DDP_UNEVEN_OUT=str(out)), grace=2)
@@ -456,16 +468,14 @@ def test_ddp_with_uneven_and_empty_shards_equals_one_process(tmp_path, tag):
         np.testing.assert_allclose(value, r["single"]["params"][name], rtol=1e-12, atol=1e-14, err_msg=name)
 
 
-@needs_torch
-def test_torchrun_failing_rank_is_named_and_nothing_survives(tmp_path, tag):
-    rec, _, _ = _fixture_run(tmp_path, python=TORCH_PYTHON, launcher="torchrun", collective="gloo",
+def test_torchrun_failing_rank_is_named_and_nothing_survives(tmp_path, tag, env_of):
+    rec, _, _ = _fixture_run(tmp_path, python=env_of("pytorch"), launcher="torchrun", collective="gloo",
                              mode="fail", fail_rank=1)
     assert rec["status"] == "failed" and rec["error"] == "rank 1 failed: ValueError: boom from rank 1 at step 2"
 
 
-@needs_torch
-def test_torchrun_ctrl_c_leaves_no_worker(tmp_path, tag):
-    _ctrl_c(tmp_path, tag, TORCH_PYTHON, "torchrun", "gloo")
+def test_torchrun_ctrl_c_leaves_no_worker(tmp_path, tag, env_of):
+    _ctrl_c(tmp_path, tag, env_of("pytorch"), "torchrun", "gloo")
 
 
 def test_single_process_launcher_for_in_process_devices(tmp_path, tag):
@@ -479,18 +489,16 @@ def test_single_process_launcher_for_in_process_devices(tmp_path, tag):
 
 
 # ---- the JAX and TF_CONFIG launchers, end to end (their environments) ----------------------------------
-JAX_PYTHON = env_python(os.path.join(ENVS_DIR, "jax-cpu"))
-TF_PYTHON = env_python(os.path.join(ENVS_DIR, "tensorflow-cpu"))
-
-
-@pytest.mark.parametrize("launcher, python, collective, backend", [
-    ("jax", JAX_PYTHON, "jax", "jax.distributed (2 processes)"),
-    ("tf_config", TF_PYTHON, "tf", "MultiWorkerMirroredStrategy (2 replicas)"),
-    ("mpiexec", CNTK_PYTHONS[0] if CNTK_PYTHONS else "/no/cntk/python", "cntk", "cntk mpicommunicator (2 workers)"),
+@pytest.mark.parametrize("launcher, framework, collective, backend", [
+    ("jax", "jax", "jax", "jax.distributed (2 processes)"),
+    ("tf_config", "tensorflow", "tf", "MultiWorkerMirroredStrategy (2 replicas)"),
+    ("mpiexec", "cntk", "cntk", "cntk mpicommunicator (2 workers)"),
 ])
-def test_jax_tf_config_and_mpiexec_launchers_end_to_end(tmp_path, tag, launcher, python, collective, backend):
-    if not os.path.exists(python) or (launcher == "mpiexec" and not distributed._which("mpiexec")):
-        pytest.skip("no %s environment in %s" % (os.path.basename(os.path.dirname(os.path.dirname(python))), ENVS_DIR))
+def test_jax_tf_config_and_mpiexec_launchers_end_to_end(tmp_path, tag, env_of, launcher, framework, collective,
+                                                        backend):
+    python = env_of(framework)
+    if launcher == "mpiexec" and not distributed._which("mpiexec"):
+        pytest.skip("no mpiexec (apt-get install openmpi-bin)")
     rec, target, opts = _fixture_run(tmp_path, python=python, launcher=launcher, collective=collective)
     assert rec["status"] == "ok", rec["error"]
     assert rec["distributed"]["backend"] == backend and rec["distributed"]["launcher"] == launcher
@@ -499,18 +507,23 @@ def test_jax_tf_config_and_mpiexec_launchers_end_to_end(tmp_path, tag, launcher,
 
 
 # ---- run_all.py --workers --------------------------------------------------------------------------------
-def test_run_all_workers_gives_notebooks_without_data_parallel_code_a_skipped_row(tmp_path):
-    without = [t for t in ALL_TARGETS.values() if t.name in distributed.TARGET_LAUNCHERS
-               and "workers" not in distributed.notebook_parameter_names(t.notebook_path)]
-    if not without:
-        pytest.skip("every notebook has data-parallel code now")
-    target = without[0]
-    run = run_all(["--preset", "smoke", "--frameworks", target.name, "--workers", "2"], tmp_path)
-    rec = run.record(target.name)
+def test_a_notebook_without_data_parallel_code_gets_a_skipped_row(tmp_path):
+    """Every notebook of the project has a ``workers`` parameter now; a new one without it (here the fixture with
+    that parameter taken out) gets a skipped record that says so, under its W-worker name, and nothing runs."""
+    nb = nbformat.read(os.path.join(ROOT, "notebooks", FIXTURE), as_version=4)
+    cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    cell.source = "\n".join(line for line in cell.source.splitlines() if not line.startswith("workers"))
+    path = tmp_path / "no_dp.ipynb"
+    nbformat.write(nb, str(path))
+    target = Target("nodp", "NoDP (fixture)", str(path), "pytorch")
+    assert "workers" in distributed.notebook_parameter_names(os.path.join(ROOT, "notebooks", FIXTURE))
+    assert distributed.no_dp_reason(target, distributed.LAUNCHERS["python"]) == \
+        "the NoDP notebook has no data-parallel code yet (no 'workers' parameter; issue #15)"
+    opts = execute.RunOptions(get_preset("smoke").with_overrides(batch_size=4), "fp32", 0, "cpu", str(tmp_path))
+    rec = distributed.run_target(target, opts, 2, python=sys.executable, launcher=distributed.LAUNCHERS["python"])
     assert rec["status"] == "skipped" and "no data-parallel code yet" in rec["error"]
-    assert rec["distributed"]["world_size"] == 2 and rec["batch_size"] == 16
-    assert os.path.exists(tmp_path / "records" / ("%s_smoke_fp32_bs16_cpu_w2.json" % target.name))
-    assert run.returncode == 0
+    assert rec["distributed"]["world_size"] == 2 and rec["batch_size"] == 8
+    assert sorted(os.listdir(tmp_path / "records")) == ["nodp_smoke_fp32_bs8_cpu_w2.json"]   # no log: nothing ran
 
 
 def test_run_all_workers_must_be_positive():
