@@ -1,5 +1,7 @@
 """Where the time of a training step goes: a framework profiler's events reduced to the same few
-categories in every notebook; no framework import.
+categories in every notebook; no framework import. Also the two pieces of trace arithmetic several
+notebooks share: own times of nested events (``self_times``) and the map from a compiled XLA program's
+operations to the framework operations they came from (``hlo_op_names``).
 
 A notebook profiles one training step with its framework's own profiler (torch.profiler, the
 TensorFlow profiler, jax.profiler, MXNet's profiler; CNTK: timing by hand), lists the events as
@@ -46,3 +48,42 @@ def time_shares(events: Iterable[Tuple[str, float]], rules: Sequence[Tuple[str, 
     return OrderedDict([("tool", tool), ("step_s", step_s), ("profiled_s", total), ("batch", batch),
                         ("seconds", seconds), ("shares", shares),
                         ("largest_other", [[n, s] for n, s in largest_other])])
+
+
+def self_times(events: Iterable[Tuple[str, float, float]], per_second: float = 1e9) -> List[Tuple[str, float]]:
+    """(name, own seconds) of the nested events of one timeline, given as (name, start, duration) in units of
+    which ``per_second`` make a second (1e9: nanoseconds; 1e12: picoseconds): an event's own time is its duration less its children's, so nothing is
+    counted twice (a profiler's ``while`` loop contains its body's events, a layer its operators)."""
+    out, stack = [], []                                  # type: List[Tuple[str, float]], list
+    for name, start, duration in sorted(events, key=lambda e: (e[1], -e[2])):
+        while stack and start >= stack[-1][1]:
+            done = stack.pop()
+            out.append((done[0], done[2] / per_second))
+        if stack:
+            stack[-1][2] -= duration
+        stack.append([name, start + duration, duration])
+    return out + [(name, own / per_second) for name, _, own in reversed(stack)]
+
+
+def hlo_op_names(hlo_text: str) -> dict:
+    """Each operation of a compiled XLA program (``compiled.as_text()``) -> the name of the framework
+    operation it came from (its ``op_name`` metadata, which carries the ``jax.named_scope`` / Keras layer
+    path). A fusion or loop without metadata of its own takes that of the computation it calls: the
+    computation's root's, else its first named operation's."""
+    op_names, calls, named_in, computation = {}, {}, {}, None
+    for line in hlo_text.splitlines():
+        if " = " not in line and line.rstrip().endswith("{"):
+            computation = line.split()[1 if line.startswith("ENTRY") else 0].lstrip("%")
+            continue
+        m = re.match(r'\s*(ROOT )?%([\w.\-]+) = (.*)', line)
+        if m:
+            root, name, rest = m.groups()
+            calls[name] = re.findall(r'(?:calls|body)=%([\w.\-]+)', rest)
+            meta = re.search(r'op_name="([^"]*)"', rest)
+            if meta:
+                op_names[name] = meta.group(1)
+                if root or computation not in named_in:
+                    named_in[computation] = meta.group(1)
+    for name, called in calls.items():
+        op_names.setdefault(name, next((named_in[c] for c in called if c in named_in), ""))
+    return op_names

@@ -98,9 +98,10 @@ def bf16_cpu_targets():
 
 @pytest.fixture(scope="session")
 def smoke(tmp_path_factory):
-    """Every selected row of record and variant, fp32, smoke preset, on the CPU: one run_all.py."""
+    """Every selected row of record and variant, fp32, smoke preset, on the CPU, each with its profile of one
+    step (section 10, "Where the time goes"): one run_all.py."""
     return run_all(["--preset", "smoke", "--device", "cpu", "--frameworks", ",".join(selected_targets()),
-                    "--timeout", "3600"], tmp_path_factory.mktemp("smoke"))
+                    "--profile", "--timeout", "3600"], tmp_path_factory.mktemp("smoke"))
 
 
 @pytest.fixture(scope="session")

@@ -129,6 +129,30 @@ def test_record_has_flops_and_a_measured_peak(smoke, target, iterator):
     assert rec["timing"]["forward_repeats"] == SMOKE.forward_repeats
 
 
+# ---- where the time goes: every notebook's profile of one step (issue #11) ----------------------------------
+#: the rows whose profiler sees one compiled program without per-kernel events on a CPU (XLA under TensorFlow)
+WHOLE_STEP = {"tensorflow+xla", "keras-tensorflow+xla"}
+
+
+@pytest.mark.parametrize("target", NAMES + VARIANT_NAMES)
+def test_profile_puts_the_step_in_the_models_parts(smoke, target):
+    """The session's smoke run profiles one step of the 8-s batch in every notebook: the framework's profiler
+    output, reduced by the notebook's rules, must find the model's parts, not leave the step in 'other'."""
+    p = ok_record(smoke, target)["profile"]
+    assert p and p["tool"], "%s wrote no profile" % target
+    assert p["batch"]["seconds"] == 8 and p["step_s"] > 0 and p["profiled_s"] > 0
+    shares = p["shares"]
+    assert sum(shares.values()) == pytest.approx(1.0, abs=1e-9)
+    assert sum(p["seconds"].values()) == pytest.approx(p["profiled_s"], rel=1e-9)
+    if target in WHOLE_STEP:
+        assert shares["other"] == 1.0 and "XLA program" in p["largest_other"][0][0]
+        return
+    rnn = shares["rnn"] + shares["rnn_input"] + shares["rnn_recurrence"]
+    found = {c for c in ("convolution", "batchnorm", "ctc") if shares[c] > 0}
+    assert rnn > 0 and found == {"convolution", "batchnorm", "ctc"}, (target, dict(shares))
+    assert shares["other"] < 0.5, (target, dict(shares), p["largest_other"])
+
+
 # ---- each framework's fastest variant: its own row, the same checks (issue #11) ---------------------------
 @pytest.mark.parametrize("target", VARIANT_NAMES)
 def test_variant_passes_the_checks_and_trains_like_its_row_of_record(smoke, target):

@@ -1,0 +1,61 @@
+"""common/profile.py: the trace arithmetic the notebooks share (own times of nested events, a compiled XLA
+program's operations mapped back to the framework operations) and the reduction to categories."""
+import pytest
+
+from common.profile import CATEGORIES, hlo_op_names, self_times, time_shares
+
+
+def test_self_times_subtract_nested_events_once():
+    events = [("loop", 0, 100), ("body1", 10, 30), ("dot", 15, 10), ("body2", 50, 40), ("after", 100, 5)]
+    own = dict(self_times(events, per_second=1))
+    assert own == {"loop": 30, "body1": 20, "dot": 10, "body2": 40, "after": 5}
+    assert sum(own.values()) == 105                      # the timeline's extent: nothing counted twice
+    assert dict(self_times([("a", 0, 2e12)], per_second=1e12)) == {"a": 2.0}
+
+
+def test_self_times_of_equal_starts_nest_the_longer_outside():
+    own = self_times([("inner", 0, 4), ("outer", 0, 10)], per_second=1)
+    assert dict(own) == {"outer": 6, "inner": 4}
+
+
+HLO = """HloModule jit_train_step
+
+%fused_computation (p0: f32[8,32]) -> f32[8,32] {
+  %p0 = f32[8,32]{1,0} parameter(0)
+  ROOT %maximum.1 = f32[8,32]{1,0} maximum(f32[8,32]{1,0} %p0, f32[8,32]{1,0} %p0), metadata={op_name="jit(train_step)/bd1/max"}
+}
+
+%body (p: (s32[], f32[8,32])) -> (s32[], f32[8,32]) {
+  %p = (s32[], f32[8,32]{1,0}) parameter(0)
+  %dot.3 = f32[8,32]{1,0} dot(f32[8,32]{1,0} %x, f32[32,32]{1,0} %u), metadata={op_name="jit(train_step)/bd1/dot_general"}
+  ROOT %tuple = (s32[], f32[8,32]{1,0}) tuple(%i, %dot.3)
+}
+
+ENTRY %main.9 (a: f32[8,32]) -> f32[8,32] {
+  %a = f32[8,32]{1,0} parameter(0)
+  %fusion.2 = f32[8,32]{1,0} fusion(f32[8,32]{1,0} %a), kind=kLoop, calls=%fused_computation
+  %while.4 = (s32[], f32[8,32]{1,0}) while(%t), condition=%cond, body=%body
+  ROOT %conv.5 = f32[8,32]{1,0} convolution(%a, %a), metadata={op_name="jit(train_step)/conv1/conv_general_dilated"}
+}
+"""
+
+
+def test_hlo_op_names_follow_metadata_and_called_computations():
+    names = hlo_op_names(HLO)
+    assert names["dot.3"] == "jit(train_step)/bd1/dot_general"
+    assert names["conv.5"] == "jit(train_step)/conv1/conv_general_dilated"
+    assert names["fusion.2"] == "jit(train_step)/bd1/max"        # a fusion: its computation's root
+    assert names["while.4"] == "jit(train_step)/bd1/dot_general"  # a loop: its body's first named operation
+    assert names["a"] == ""                                       # nothing to go by
+
+
+def test_time_shares_first_matching_rule_wins_and_other_lists_the_rest():
+    events = [("bd1_bn/x", 1.0), ("bd1/MatMul", 3.0), ("conv1/Conv2D", 2.0), ("reshape", 4.0)]
+    p = time_shares(events, [("batchnorm", r"_bn/"), ("rnn", r"bd\d"), ("convolution", r"conv")], tool="t",
+                    step_s=11.0)
+    assert list(p["seconds"]) == list(CATEGORIES)
+    assert p["seconds"]["batchnorm"] == 1.0 and p["seconds"]["rnn"] == 3.0 and p["seconds"]["other"] == 4.0
+    assert p["shares"]["other"] == pytest.approx(0.4) and p["profiled_s"] == 10.0
+    assert p["largest_other"] == [["reshape", 4.0]]
+    with pytest.raises(ValueError, match="unknown profile category 'gru'"):
+        time_shares(events, [("gru", "x")], tool="t")
