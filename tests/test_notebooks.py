@@ -132,6 +132,9 @@ def test_record_has_flops_and_a_measured_peak(smoke, target, iterator):
 # ---- where the time goes: every notebook's profile of one step (issue #11) ----------------------------------
 #: the rows whose profiler sees one compiled program without per-kernel events on a CPU (XLA under TensorFlow)
 WHOLE_STEP = {"tensorflow+xla", "keras-tensorflow+xla"}
+#: the parts each profile must find besides the RNN; CNTK times prefixes of the model by hand, each block with
+#: its BatchNorm and clip, and the CTC criterion as a (noisy, clamped) difference (the notebook's section 10)
+PARTS = {"cntk": {"convolution", "fc"}}
 
 
 @pytest.mark.parametrize("target", NAMES + VARIANT_NAMES)
@@ -148,8 +151,8 @@ def test_profile_puts_the_step_in_the_models_parts(smoke, target):
         assert shares["other"] == 1.0 and "XLA program" in p["largest_other"][0][0]
         return
     rnn = shares["rnn"] + shares["rnn_input"] + shares["rnn_recurrence"]
-    found = {c for c in ("convolution", "batchnorm", "ctc") if shares[c] > 0}
-    assert rnn > 0 and found == {"convolution", "batchnorm", "ctc"}, (target, dict(shares))
+    parts = PARTS.get(target, {"convolution", "batchnorm", "ctc"})
+    assert rnn > 0 and all(shares[c] > 0 for c in parts), (target, parts, dict(shares))
     assert shares["other"] < 0.5, (target, dict(shares), p["largest_other"])
 
 
