@@ -140,10 +140,10 @@ PARTS = {"cntk": {"convolution", "fc"}, "pytorch+compile": {"convolution", "ctc"
 
 
 @pytest.mark.parametrize("target", NAMES + VARIANT_NAMES)
-def test_profile_puts_the_step_in_the_models_parts(smoke, target):
-    """The session's smoke run profiles one step of the 8-s batch in every notebook: the framework's profiler
+def test_profile_puts_the_step_in_the_models_parts(smoke_profile, target):
+    """The smoke run with --profile profiles one step of the 8-s batch in every notebook: the framework's profiler
     output, reduced by the notebook's rules, must find the model's parts, not leave the step in 'other'."""
-    p = ok_record(smoke, target)["profile"]
+    p = ok_record(smoke_profile, target)["profile"]
     assert p and p["tool"], "%s wrote no profile" % target
     assert p["batch"]["seconds"] == 8 and p["step_s"] > 0 and p["profiled_s"] > 0
     shares = p["shares"]
