@@ -1,7 +1,9 @@
 """Where the time of a training step goes: a framework profiler's events reduced to the same few
 categories in every notebook; no framework import. Also the two pieces of trace arithmetic several
-notebooks share: own times of nested events (``self_times``) and the map from a compiled XLA program's
-operations to the framework operations they came from (``hlo_op_names``).
+notebooks share: own times of nested events (``self_times``), the map from a compiled XLA program's
+operations to the framework operations they came from (``hlo_op_names``), and the events of the two trace
+formats, read from the profilers' own objects without importing them (``jax_trace_events`` for a
+``jax.profiler.ProfileData``, ``xspace_events`` for TensorFlow's ``XSpace`` protobuf).
 
 A notebook profiles one training step with its framework's own profiler (torch.profiler, the
 TensorFlow profiler, jax.profiler, MXNet's profiler; CNTK: timing by hand), lists the events as
@@ -52,8 +54,9 @@ def time_shares(events: Iterable[Tuple[str, float]], rules: Sequence[Tuple[str, 
 
 def self_times(events: Iterable[Tuple[str, float, float]], per_second: float = 1e9) -> List[Tuple[str, float]]:
     """(name, own seconds) of the nested events of one timeline, given as (name, start, duration) in units of
-    which ``per_second`` make a second (1e9: nanoseconds; 1e12: picoseconds): an event's own time is its duration less its children's, so nothing is
-    counted twice (a profiler's ``while`` loop contains its body's events, a layer its operators)."""
+    which ``per_second`` make a second (1e9: nanoseconds; 1e12: picoseconds): an event's own time is its
+    duration less its children's, so nothing is counted twice (a profiler's ``while`` loop contains its body's
+    events, a layer its operators)."""
     out, stack = [], []                                  # type: List[Tuple[str, float]], list
     for name, start, duration in sorted(events, key=lambda e: (e[1], -e[2])):
         while stack and start >= stack[-1][1]:
@@ -87,3 +90,44 @@ def hlo_op_names(hlo_text: str) -> dict:
     for name, called in calls.items():
         op_names.setdefault(name, next((named_in[c] for c in called if c in named_in), ""))
     return op_names
+
+
+def jax_trace_events(planes, op_names: dict) -> List[Tuple[str, float]]:
+    """(``"<hlo op> <framework op>"``, own seconds) of every XLA operation in a ``jax.profiler`` trace
+    (``ProfileData.from_file(...).planes``): on a GPU the device's "XLA Ops" line, on a CPU the host's XLA
+    thunks, where a loop's event contains its body's (own time: ``self_times``). ``op_names``: ``hlo_op_names``
+    of the compiled step."""
+    timelines = {}                                          # (plane, line) -> [(name, start_ns, duration_ns)]
+    for plane in planes:
+        for line in plane.lines:
+            for e in line.events:
+                hlo_op = dict(e.stats).get("hlo_op")
+                if hlo_op and (plane.name.startswith("/host") or line.name == "XLA Ops"):
+                    timelines.setdefault((plane.name, line.name), []).append(
+                        ("%s %s" % (hlo_op, op_names.get(hlo_op, "")), e.start_ns, e.duration_ns))
+    on_device = [k for k in timelines if k[0].startswith("/device")]
+    return [e for k in (on_device or list(timelines)) for e in self_times(timelines[k])]
+
+
+def xspace_events(space, on_gpu: bool, step_s: float) -> List[Tuple[str, float]]:
+    """(name, own seconds) of the kernels in TensorFlow's profiler trace (an ``XSpace`` protobuf): on a GPU the
+    device's kernels, named by the TensorFlow op that launched them; on a CPU the executor's kernels on the
+    ``tf_Compute`` / ``tf_XLA`` threads (events ``node name:op type``, own time). An XLA program on a CPU leaves
+    no per-kernel events: then the whole step (``step_s``) is one event that says so."""
+    events = []
+    for plane in space.planes:
+        if on_gpu and plane.name.startswith("/device:GPU"):
+            stat_names = {k: v.name for k, v in plane.stat_metadata.items()}
+            for line in plane.lines:
+                for e in line.events:
+                    op = [s.str_value for s in e.stats if stat_names.get(s.metadata_id) == "tf_op"]
+                    events.append(((op[0] if op else "") + " " + plane.event_metadata[e.metadata_id].name,
+                                   e.duration_ps / 1e12))
+        elif not on_gpu and plane.name == "/host:CPU":
+            for line in plane.lines:
+                if line.name.startswith(("tf_Compute", "tf_XLA")):
+                    timeline = [(plane.event_metadata[e.metadata_id].name, e.offset_ps, e.duration_ps)
+                                for e in line.events]
+                    events += [(n, s) for n, s in self_times(timeline, per_second=1e12)
+                               if ":" in n and "::" not in n and s > 0]
+    return events or [("XLA program (the whole step; the trace holds no per-kernel events)", step_s)]

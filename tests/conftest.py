@@ -96,11 +96,16 @@ def bf16_cpu_targets():
     return [n for n in selected_targets() if n in TARGETS and TARGETS[n].cpu_precision_reason("bf16") is None]
 
 
+def smoke_run(tmp_path_factory, name, targets, *options):
+    """One run_all.py of ``targets`` on the smoke preset on the CPU, with ``options``, in a new directory."""
+    return run_all(["--preset", "smoke", "--device", "cpu", "--frameworks", ",".join(targets)] + list(options)
+                   + ["--timeout", "3600"], tmp_path_factory.mktemp(name))
+
+
 @pytest.fixture(scope="session")
 def smoke(tmp_path_factory):
     """Every selected row of record and variant, fp32, smoke preset, on the CPU: one run_all.py."""
-    return run_all(["--preset", "smoke", "--device", "cpu", "--frameworks", ",".join(selected_targets()),
-                    "--timeout", "3600"], tmp_path_factory.mktemp("smoke"))
+    return smoke_run(tmp_path_factory, "smoke", selected_targets())
 
 
 @pytest.fixture(scope="session")
@@ -108,8 +113,7 @@ def smoke_profile(tmp_path_factory):
     """The same run with ``--profile``: every notebook's profile of one step (section 10, "Where the time goes").
     A run of its own, because the profiled steps train the model further before section 11 exports it: the
     session's smoke records stay the plain run that the data-parallel and export tests compare against."""
-    return run_all(["--preset", "smoke", "--device", "cpu", "--frameworks", ",".join(selected_targets()),
-                    "--profile", "--timeout", "3600"], tmp_path_factory.mktemp("smoke_profile"))
+    return smoke_run(tmp_path_factory, "smoke_profile", selected_targets(), "--profile")
 
 
 @pytest.fixture(scope="session")
@@ -117,8 +121,7 @@ def smoke_fp64(tmp_path_factory):
     """The float64 control of issue #12: PyTorch in float64 on the smoke preset (a reference mode, not a row)."""
     if "pytorch" not in selected_targets():
         pytest.skip("the pytorch target is not selected")
-    return run_all(["--preset", "smoke", "--device", "cpu", "--precision", "fp64", "--frameworks", "pytorch",
-                    "--timeout", "3600"], tmp_path_factory.mktemp("smoke_fp64"))
+    return smoke_run(tmp_path_factory, "smoke_fp64", ["pytorch"], "--precision", "fp64")
 
 
 @pytest.fixture(scope="session")
@@ -128,8 +131,7 @@ def smoke_bf16(tmp_path_factory):
     names = bf16_cpu_targets()
     if not names:
         pytest.skip("no selected target runs bf16 on a CPU")
-    return run_all(["--preset", "smoke", "--device", "cpu", "--precision", "bf16", "--frameworks", ",".join(names),
-                    "--timeout", "3600"], tmp_path_factory.mktemp("smoke_bf16"))
+    return smoke_run(tmp_path_factory, "smoke_bf16", names, "--precision", "bf16")
 
 
 # ---- the checks every data-parallel test shares (issues #15, #16) ------------------------------------------

@@ -2,7 +2,7 @@
 program's operations mapped back to the framework operations) and the reduction to categories."""
 import pytest
 
-from common.profile import CATEGORIES, hlo_op_names, self_times, time_shares
+from common.profile import CATEGORIES, hlo_op_names, jax_trace_events, self_times, time_shares, xspace_events
 
 
 def test_self_times_subtract_nested_events_once():
@@ -59,3 +59,36 @@ def test_time_shares_first_matching_rule_wins_and_other_lists_the_rest():
     assert p["largest_other"] == [["reshape", 4.0]]
     with pytest.raises(ValueError, match="unknown profile category 'gru'"):
         time_shares(events, [("gru", "x")], tool="t")
+
+
+def _ns(**kw):
+    from types import SimpleNamespace
+    return SimpleNamespace(**kw)
+
+
+def test_jax_trace_events_name_each_xla_operation_by_its_origin_and_prefer_the_device():
+    ev = lambda op, start, dur: _ns(stats=[("hlo_op", op)], start_ns=start, duration_ns=dur)
+    host = _ns(name="/host:CPU", lines=[_ns(name="thunks", events=[ev("while.4", 0, 100), ev("dot.3", 10, 60)]),
+                                        _ns(name="python", events=[_ns(stats=[], start_ns=0, duration_ns=5)])])
+    names = {"while.4": "jit(step)/bd1/while", "dot.3": "jit(step)/bd1/dot_general"}
+    assert dict(jax_trace_events([host], names)) == pytest.approx(
+        {"while.4 jit(step)/bd1/while": 40e-9, "dot.3 jit(step)/bd1/dot_general": 60e-9})
+    device = _ns(name="/device:GPU:0", lines=[_ns(name="XLA Ops", events=[ev("fusion.1", 0, 7)]),
+                                              _ns(name="Streams", events=[ev("fusion.1", 0, 7)])])
+    assert jax_trace_events([host, device], names) == [("fusion.1 ", 7e-9)]   # the device's ops only, once
+
+
+def test_xspace_events_read_cpu_kernels_by_own_time_and_name_gpu_kernels_by_their_op():
+    meta = {1: _ns(name="bd1/MatMul:MatMul"), 2: _ns(name="bd1/while:While"), 3: _ns(name="Executor::Run"),
+            4: _ns(name="volta_sgemm")}
+    ev = lambda m, off, dur, stats=(): _ns(metadata_id=m, offset_ps=off, duration_ps=dur, stats=list(stats))
+    cpu = _ns(name="/host:CPU", event_metadata=meta, stat_metadata={},
+              lines=[_ns(name="tf_Compute/1", events=[ev(2, 0, 10e12), ev(1, 2e12, 3e12), ev(3, 20e12, 1e12)]),
+                     _ns(name="python", events=[ev(1, 0, 9e12)])])
+    assert dict(xspace_events(_ns(planes=[cpu]), False, 99.0)) == {"bd1/while:While": 7.0, "bd1/MatMul:MatMul": 3.0}
+    gpu = _ns(name="/device:GPU:0", event_metadata=meta, stat_metadata={7: _ns(name="tf_op")},
+              lines=[_ns(name="stream", events=[ev(4, 0, 2e12, [_ns(metadata_id=7, str_value="bd1/MatMul")])])])
+    assert xspace_events(_ns(planes=[cpu, gpu]), True, 99.0) == [("bd1/MatMul volta_sgemm", 2.0)]
+    xla = _ns(name="/host:CPU", event_metadata=meta, stat_metadata={}, lines=[_ns(name="python", events=[])])
+    assert xspace_events(_ns(planes=[xla]), False, 1.5) == [
+        ("XLA program (the whole step; the trace holds no per-kernel events)", 1.5)]
