@@ -40,11 +40,12 @@ STEPS = [
     ("forward", "10. Forward-only timing", "Forward pass per utterance length."),
     ("peak", "10b. The device's matmul peak", "Dense matrix products at the run's precision: the roofline every row "
                                               "is held against."),
-    ("profile", "10c. Where the time goes", "One training step under the framework's own profiler, reduced to "
-                                            "shares of convolutions, RNN, CTC, BatchNorm and the optimizer."),
     ("export", "11. Export", "The trained model in the canonical format (the inverse of section 5), checked in "
                              "inference mode against the NumPy reference; the framework's own checkpoint."),
-    ("record", "12. Result record", "The JSON record for results.md."),
+    ("profile", "12. Where the time goes", "One training step under the framework's own profiler, reduced to "
+                                           "shares of convolutions, RNN, CTC, BatchNorm and the optimizer (after "
+                                           "the export: its steps train the model further)."),
+    ("record", "13. Result record", "The JSON record for results.md."),
 ]
 
 

@@ -135,17 +135,17 @@ def test_record_has_flops_and_a_measured_peak(smoke, target, iterator):
 #: the rows whose profiler sees one compiled program without per-kernel events on a CPU (XLA under TensorFlow)
 WHOLE_STEP = {"tensorflow+xla", "keras-tensorflow+xla"}
 #: the parts each profile must find besides the RNN; CNTK times prefixes of the model by hand, each block with
-#: its BatchNorm and clip, and the CTC criterion as a (noisy, clamped) difference (the notebook's section 10)
+#: its BatchNorm and clip, and the CTC criterion as a (noisy, clamped) difference (the notebook's section 12)
 #: PyTorch's torch.compile fuses BatchNorm (and the clips) into Inductor's compiled graphs, which the profile
 #: lists as 'other' ("## Call CompiledFxGraph ...")
 PARTS = {"cntk": {"convolution", "fc"}, "pytorch+compile": {"convolution", "ctc"}}
 
 
 @pytest.mark.parametrize("target", NAMES + VARIANT_NAMES)
-def test_profile_puts_the_step_in_the_models_parts(smoke_profile, target):
-    """The smoke run with --profile profiles one step of the 8-s batch in every notebook: the framework's profiler
+def test_profile_puts_the_step_in_the_models_parts(smoke, target):
+    """The smoke run (with --profile) profiles one step of the 8-s batch in every notebook: the framework's profiler
     output, reduced by the notebook's rules, must find the model's parts, not leave the step in 'other'."""
-    p = ok_record(smoke_profile, target)["profile"]
+    p = ok_record(smoke, target)["profile"]
     assert p and p["tool"], "%s wrote no profile" % target
     assert p["batch"]["seconds"] == 8 and p["step_s"] > 0 and p["profiled_s"] > 0
     shares = p["shares"]

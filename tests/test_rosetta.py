@@ -17,7 +17,7 @@ NOTEBOOKS = sorted(set(t.notebook for t in TARGETS.values()))
 SECTIONS = ["## 1. Environment", "## 2. Parameters", "## 3. Data", "## 4. Model", "## 5. Canonical weights",
             "## 6. Loss and correctness check", "## 7. Optimizer and training step", "## 8. Warm-up",
             "## 9. Timed epoch", "## 10. Forward-only timing", "## 11. Export",
-            "## 12. Result record"]
+            "## 12. Where the time goes", "## 13. Result record"]
 COMMON_PARAMETERS = {"preset", "batch_size", "scale", "precision", "seed", "device", "forward_repeats",
                      "init_weights", "result_path", "target"}
 
