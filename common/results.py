@@ -21,7 +21,8 @@ timing, losses        :meth:`common.timing.BenchmarkTimer.summary`
 flops                 training FLOPs of the timed pass, achieved FLOP/s, the measured matmul peak
                       and the efficiency (:func:`common.flops.flops_section`)
 row_of_record         the framework's row of record a variant row belongs to (run_all.py)
-memory                device_peak_bytes, host_peak_rss_bytes
+memory                device_peak_bytes, host_peak_rss_bytes (the process at the record),
+                      host_peak_rss_training_bytes (at the end of the timed pass)
 options               framework switches the run used (torch.compile, hybridize, ...)
 run                   started/finished (UTC), notebook, command, git commit (run_all.py)
 ====================  ==================================================================
@@ -97,7 +98,8 @@ def benchmark_record(target: str, framework: str, api: str, variant: str, preset
     from .flops import flops_section
     summary = timer.summary()
     theoretical = envinfo.cpu_theoretical_peak(precision) if (device or {}).get("type") == "cpu" else None
-    mem = {"device_peak_bytes": None, "host_peak_rss_bytes": envinfo.host_peak_rss_bytes()}
+    mem = {"device_peak_bytes": None, "host_peak_rss_bytes": envinfo.host_peak_rss_bytes(),
+           "host_peak_rss_training_bytes": timer.training_peak_rss}
     mem.update(memory or {})
     return new_record(
         target, framework, api, variant,
@@ -263,8 +265,10 @@ def _derived(row) -> Dict[str, Optional[str]]:
     rel, ok = _get(row, "checks.loss.rel_diff"), _get(row, "checks.loss.ok")
     fwd1, fwd15 = _get(row, "timing.forward_ms.1"), _get(row, "timing.forward_ms.15")
     peak = _get(row, "memory.device_peak_bytes")
-    if peak is None and _get(row, "device.type") == "cpu":   # a CPU run's device memory is the host's
-        peak = _get(row, "memory.host_peak_rss_bytes")
+    if peak is None and _get(row, "device.type") == "cpu":   # a CPU run's device memory is the host's: its peak
+        peak = _get(row, "memory.host_peak_rss_training_bytes")   # through the warm-up and the timed pass (a
+        if peak is None:                                           # profile after them can take far more)
+            peak = _get(row, "memory.host_peak_rss_bytes")
     status = _get(row, "status") or "?"
     return {
         "api_variant": api + (" / " + variant if variant else "") + (

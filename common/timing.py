@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterable, List, Optional
 import numpy as np
 
 from .data import utterance_counts
+from .envinfo import host_peak_rss_bytes
 from .spec import DEEPMARK_SCALE, UTTERANCE_SECONDS
 
 #: One timed training step.
@@ -54,6 +55,7 @@ class BenchmarkTimer:
         self.train_s = None           # type: Optional[float]
         self.forward_ms = OrderedDict()  # seconds of audio -> median ms
         self.forward_repeats = None   # type: Optional[int]
+        self.training_peak_rss = None  # type: Optional[int]  # process peak RSS at the end of the timed pass
 
     def _timed(self, fn, batch):
         start = self.clock()
@@ -95,6 +97,7 @@ class BenchmarkTimer:
                           % (len(self.steps), total or "?", value, audio / elapsed if elapsed > 0 else float("nan")))
                 out.flush()
         self.train_s = self.clock() - start
+        self.training_peak_rss = host_peak_rss_bytes()   # warm-up and timed pass; not what a notebook does later
         return self.train_s
 
     def forward(self, forward: Callable, batches: Iterable, repeats: int = 3) -> "OrderedDict":

@@ -107,3 +107,15 @@ def test_progress_lines():
     lines = out.getvalue().splitlines()
     assert lines[0].startswith("step 10/21") and lines[-1].startswith("step 21/21")
     assert "s of audio per second" in lines[-1]
+
+
+def test_training_peak_memory_is_taken_when_the_timed_pass_ends(monkeypatch):
+    """The record's memory.host_peak_rss_training_bytes: the process's peak RSS read once, when the timed pass
+    ends, before the forward timing, the peak measurement, the export and a profile can add to it."""
+    import common.timing
+    peaks = iter([5 << 30, 9 << 30])                   # what ru_maxrss says at each reading
+    monkeypatch.setattr(common.timing, "host_peak_rss_bytes", lambda: next(peaks))
+    it = DeepMarkIterator(batch_size=8, scale=1, seed=0)
+    timer = run(it, FakeDevice())                      # warm-up, timed pass, forward timing
+    assert timer.training_peak_rss == 5 << 30          # read at the end of the pass, and only there
+    assert next(peaks) == 9 << 30
