@@ -298,8 +298,9 @@ def test_a_hanging_worker_is_killed_at_the_timeout(tmp_path, tag):
 
 
 DRIVER = """
-import sys
-sys.path.insert(0, %(root)r)
+import signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)   # as in a terminal, even when the tests run in a
+sys.path.insert(0, %(root)r)                                # shell's background job, which ignores SIGINT
 from common.spec import get_preset
 from runner import distributed, execute
 from runner.targets import Target
