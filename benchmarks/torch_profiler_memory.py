@@ -3,16 +3,16 @@
     .venvs/pytorch-cpu/bin/python benchmarks/torch_profiler_memory.py [--hidden 1760] [--steps 200]
 
 One bidirectional ReLU ``nn.RNN`` layer of the full model (1760 units, 200 time steps = the 8-s batch after
-the convolutions, 8 utterances) takes one forward and backward step four ways, each in a fresh process:
-plain and under ``torch.profiler`` (CPU activity, no shapes), each with glibc's default allocator settings
-and with its mmap threshold fixed (``MALLOC_MMAP_THRESHOLD_=131072``: every large block is mapped on
-allocation and unmapped on free, and the threshold no longer rises after a free). The growth of the peak
-resident memory over the step is printed. Measured on the 2-core CPU machine (torch 2.13.0+cpu): plain
-+0.00 GB in 1.0 s; profiled +5.07 GB in 7.7 s; plain with the fixed threshold +0.04 GB in 2.3 s; profiled
-with it +0.14 GB in 4.1 s -- so the profiler's own records (20,576 events) are small, and the
-gigabytes are the step's freed temporaries that glibc's heap keeps instead of reusing or returning them
-(presumably because the profiler's small allocations interleave with the step's 12 MB ones). The fixed threshold is no cure for training: it maps and
-faults in every large temporary again.
+the convolutions, 8 utterances) takes one forward and backward step four ways, each in a fresh process: plain
+and under ``torch.profiler`` (CPU activity, no shapes), each with glibc's default allocator settings and with
+its mmap threshold fixed (``MALLOC_MMAP_THRESHOLD_=131072``: every large block is mapped on allocation and
+unmapped on free, and the threshold no longer rises after a free). The growth of the peak resident memory over
+the step is printed. Measured on the 2-core CPU machine (torch 2.13.0+cpu): plain +0.00 GB in 1.0 s; profiled
++5.07 GB in 7.7 s; plain with the fixed threshold +0.04 GB in 2.3 s; profiled with it +0.14 GB in 4.1 s -- so
+the profiler's own records (20,576 events) are small, and the gigabytes are the step's freed temporaries that
+glibc's heap keeps instead of reusing or returning them (presumably because the profiler's small allocations
+interleave with the step's 12 MB ones). The fixed threshold is no cure for training: it maps and faults in
+every large temporary again.
 """
 import argparse
 import os

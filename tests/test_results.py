@@ -96,7 +96,6 @@ def test_load_and_render(tmp_path):
     assert all(line.count("|") == lines[0].count("|") for line in lines if "\\|" not in line)
 
 
-
 def test_peak_memory_column_is_the_training_peak_where_the_record_has_it(tmp_path):
     """On a CPU the table's peak memory is the process's peak at the end of the timed pass (a profiled step after
     it can take several times more); a record from before that field shows the process's peak at the record."""
