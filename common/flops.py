@@ -89,6 +89,36 @@ def measure_matmul_peak(make_matmul: Callable[[int, int, int], Callable[[], obje
     return out
 
 
+def sequential_share(config: DS2Config, frames: int = PEAK_SECONDS * FRAMES_PER_SECOND) -> float:
+    """Share of a training step's FLOPs in products that must run one time step after another.
+
+    Of the recurrent product's three training products -- ``U h_{t-1}`` forward, the gradient with respect to
+    ``h_{t-1}`` and the gradient of ``U`` -- the first two need the previous step's result: one ``(N, H) x (H, H)``
+    product per time step.  The third, and every other product of the model, can run as one large product
+    over all time steps.  About 0.30 for the full model at any length (the recurrent products are 45 % of
+    the MACs)."""
+    macs = config.forward_macs_by_layer(frames)
+    recurrent = sum(v for name, v in macs.items() if name.endswith(".recurrent"))
+    return (2.0 / 3.0) * recurrent / float(sum(macs.values()))
+
+
+def shape_roofline(config: DS2Config, peak: Optional[dict]) -> Optional[float]:
+    """FLOP/s of a training step whose products each ran at the rate measured for their shape.
+
+    The sequential share (:func:`sequential_share`) at the measured ``recurrent`` product's rate (one time
+    step for the run's batch size), everything else at the larger of the ``square`` and ``input`` rates:
+    ``1 / (s / recurrent + (1 - s) / large)``.  Everything else in a step (BatchNorm, activations, CTC, the
+    update, the loop itself) is left out, and the long utterances' smaller batches are credited with the
+    batch size's rate, so it is a ceiling on what a framework can achieve on this device with its own matrix
+    products, not an estimate.  None where a rate is missing."""
+    rates = {name: ((peak or {}).get(name) or {}).get("flops_per_s") for name in ("square", "input", "recurrent")}
+    if not rates["recurrent"] or not (rates["square"] or rates["input"]):
+        return None
+    share = sequential_share(config)
+    large = max(r for r in (rates["square"], rates["input"]) if r)
+    return 1.0 / (share / rates["recurrent"] + (1.0 - share) / large)
+
+
 def flops_section(config: DS2Config, steps, train_s: float, peak: Optional[dict] = None,
                   theoretical: Optional[dict] = None) -> "OrderedDict":
     """The record's ``flops``: training FLOPs of the timed pass (per length and in total), the rate

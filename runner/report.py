@@ -20,7 +20,8 @@ import numpy as np
 from common import envinfo, results
 from common.profile import CATEGORIES
 from common.results import atomic_write_text
-from common.spec import CONTROL_PRECISION
+from common.flops import sequential_share, shape_roofline
+from common.spec import CONTROL_PRECISION, DS2Config
 
 from . import distributed
 from .bootstrap import ROOT
@@ -94,6 +95,16 @@ def _flops(rec: dict) -> dict:
 
 def _number(value) -> Optional[float]:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value else None
+
+
+def _roofline(rec: dict) -> Optional[float]:
+    """The record's shape roofline (:func:`common.flops.shape_roofline`) from its configuration and measured
+    peaks; None without them."""
+    try:
+        config = DS2Config(**(rec.get("config") or {}))
+    except TypeError:                                     # a record whose configuration is not this spec's
+        return None
+    return shape_roofline(config, _flops(rec).get("peak_matmul")) if rec.get("config") else None
 
 
 def flop_unit(values) -> tuple:
@@ -180,6 +191,7 @@ def speed_rows(records: List[dict]) -> "OrderedDict":
         for rec in recs:
             speed, f = _speed(rec), _flops(rec) if rec.get("status") == "ok" else {}
             achieved, eff = _number(f.get("achieved_per_s")), _number(f.get("efficiency"))
+            roof = _roofline(rec) if f else None
             twin = None if is_variant(rec) or speed is None else fastest_variant(rec, records)
             status = rec.get("status") or "?"
             rows.append(OrderedDict([
@@ -191,6 +203,7 @@ def speed_rows(records: List[dict]) -> "OrderedDict":
                 ("\u00f7 fastest of group", speed / top if speed is not None and top else None),
                 ("Achieved " + unit, achieved / divisor if achieved is not None else None),
                 ("% of matmul peak", 100.0 * eff if eff is not None else None),
+                ("% of shape roofline", 100.0 * achieved / roof if achieved is not None and roof else None),
                 ("Row of record \u00f7 fastest variant", speed / _speed(twin) if twin is not None else None),
                 ("Status", status if status == "ok" else "%s: %s" % (status, rec.get("error") or "no reason given")),
             ]))
@@ -231,6 +244,8 @@ def peak_rows(records: List[dict]) -> "OrderedDict":
                 row["%s %s" % (name.capitalize(), unit)] = value / divisor if value is not None else None
                 if entry.get("shape"):
                     shapes.append("%s %s" % (name, "\u00d7".join(str(d) for d in entry["shape"])))
+            roof = _roofline(rec)
+            row["Shape roofline %s" % unit] = roof / divisor if roof is not None else None
             row["Shapes (m\u00d7k\u00d7n)"] = "; ".join(shapes) or None
             rows.append(row)
         out[device] = (unit, rows, theoretical)
@@ -870,7 +885,8 @@ def speed_section(records: List[dict]) -> str:
                          "GFLOP.\n\n" % ", ".join("%.4g" % (v / 1e9) for v in per_audio))
         ratio = "\u00f7 fastest of group"
         parts.append(md_table(rows, {"Audio s/s": "{:.1f}", ratio: "{:.2f}", "Achieved " + unit: "{:.3g}",
-                                     "% of matmul peak": "{:.1f}", "Row of record \u00f7 fastest variant": "{:.2f}"}))
+                                     "% of matmul peak": "{:.1f}", "% of shape roofline": "{:.1f}",
+                                     "Row of record \u00f7 fastest variant": "{:.2f}"}))
         parts.append("\n")
     parts.append(
         "Variant: `(row of record)` is the framework's highest-level API; a variant (target `<row>+<variant>`, "
@@ -879,7 +895,9 @@ def speed_section(records: List[dict]) -> str:
         "Achieved: the training FLOPs of the timed pass (counted from the model's configuration: 2 FLOPs per "
         "multiply-add of the convolutions, both directions' input and recurrent products, fc and output; x3 for "
         "forward and backward) divided by its train seconds. % of matmul peak: achieved divided by the same "
-        "notebook's measured square matrix-product rate at the same precision (`flops.efficiency`). Row of record "
+        "notebook's measured square matrix-product rate at the same precision (`flops.efficiency`). % of shape "
+        "roofline: achieved divided by the rate the step would reach if each of its products ran at the rate the "
+        "same notebook measured for its shape (the peaks table below). Row of record "
         "\u00f7 fastest variant: the row of record's audio s/s divided by its framework's fastest variant's at the "
         "same batch size and precision; below 1, a variant is faster. A dash: not measured (records made before "
         "the FLOP accounting have no `flops` section) or not applicable.\n")
@@ -893,7 +911,14 @@ def peak_section(records: List[dict]) -> str:
         return "_No record has a measured matmul peak._\n"
     parts = ["Each notebook measures dense matrix products with its own framework on its own device at the run's "
              "precision (the median of several synchronised measurements after a warm-up): a square product, the "
-             "bd layers' input product for a batch of 8-second utterances and one step of the recurrence.\n\n"]
+             "bd layers' input product for a batch of 8-second utterances and one step of the recurrence. Shape roofline: "
+             "the FLOP/s of a training step whose products each ran at its shape's measured rate -- the products "
+             "that must run one time step after another (the recurrent product forward and its gradient with "
+             "respect to the previous hidden state: %.0f %% of the full model's training FLOPs) at the recurrent rate, "
+             "everything else at the larger of the square and input rates (`common.flops.shape_roofline`). It "
+             "leaves out everything but matrix products and credits the long utterances' smaller batches with the "
+             "batch size's recurrent rate: a ceiling for the framework on this device, not an estimate.\n\n"
+             % (100 * sequential_share(DS2Config()))]
     for device, (unit, rows, theoretical) in devices.items():
         parts.append("### %s\n\n" % (device or "unknown device"))
         parts.append(md_table(rows, {c: "{:.3g}" for c in (rows[0] if rows else {}) if c.endswith("FLOP/s")})

@@ -99,6 +99,23 @@ def test_flops_section_efficiency():
     assert flops.flops_section(SMOKE_MODEL, steps, 1.0, None)["efficiency"] is None
 
 
+def test_sequential_share_and_shape_roofline():
+    # two of the recurrent product's three training products wait for the previous time step
+    t = 800
+    assert flops.sequential_share(SMOKE_MODEL, t) == pytest.approx(2 / 3 * 4 * (t // 4) * 32 ** 2 / by_hand_smoke(t))
+    assert flops.sequential_share(FULL_MODEL) == pytest.approx(2 / 3 * 14 * 200 * 1760 ** 2 / by_hand_full(800))
+    assert flops.sequential_share(FULL_MODEL) == pytest.approx(0.2997, abs=1e-4)
+    s = flops.sequential_share(FULL_MODEL)
+    peak = {"square": {"flops_per_s": 300e9}, "input": {"flops_per_s": 250e9}, "recurrent": {"flops_per_s": 60e9}}
+    roof = flops.shape_roofline(FULL_MODEL, peak)
+    assert roof == pytest.approx(1 / (s / 60e9 + (1 - s) / 300e9))
+    assert 60e9 < roof < 300e9
+    peak["input"]["flops_per_s"] = 400e9                 # the larger of square and input carries the rest
+    assert flops.shape_roofline(FULL_MODEL, peak) == pytest.approx(1 / (s / 60e9 + (1 - s) / 400e9))
+    assert flops.shape_roofline(FULL_MODEL, {"square": {"flops_per_s": 300e9}}) is None
+    assert flops.shape_roofline(FULL_MODEL, None) is None
+
+
 def test_cpu_theoretical_peak_states_its_basis(monkeypatch):
     monkeypatch.setattr(envinfo, "cpu_flags", lambda: {"avx2", "fma"})
     monkeypatch.setattr(envinfo, "cpu_clock_hz", lambda: 3e9)

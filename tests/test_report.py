@@ -4,7 +4,8 @@ import os
 
 import pytest
 
-from common import results
+from common import flops, results
+from common.spec import SMOKE_MODEL
 from runner import report
 
 
@@ -149,6 +150,8 @@ def efficiency_dir(tmp_path):
                               device={"type": "cpu", "name": "AMD EPYC"}),
     ]
     for rec in recs:
+        if rec.get("flops"):
+            rec["config"] = SMOKE_MODEL.to_dict()
         name = "%s_bs%s" % (rec["target"], rec.get("batch_size"))
         results.write_record(str(d / (name + ".json")), rec)
     return tmp_path / "results"
@@ -173,7 +176,8 @@ def test_speed_and_efficiency_table(efficiency_dir, tmp_path):
     assert "Training FLOPs per second of audio (from the model's configuration, in the records): 0.02257 GFLOP" in section
     header, rows = _table_rows(section, "Row")
     assert header == ["Row", "Framework", "Variant", "Precision", "Batch", "Audio s/s", "\u00f7 fastest of group",
-                      "Achieved GFLOP/s", "% of matmul peak", "Row of record \u00f7 fastest variant", "Status"]
+                      "Achieved GFLOP/s", "% of matmul peak", "% of shape roofline",
+                      "Row of record \u00f7 fastest variant", "Status"]
     assert len(rows) == 7
     order = [l.split("|")[1].strip() for l in section.splitlines() if l.startswith("| ") and "---" not in l][1:]
     assert order == ["pytorch", "pytorch+compile", "pytorch", "jax", "tensorflow", "tensorflow", "mxnet"]  # fastest first
@@ -185,6 +189,13 @@ def test_speed_and_efficiency_table(efficiency_dir, tmp_path):
     assert torch8["Achieved GFLOP/s"] == "10" and torch8["% of matmul peak"] == "25.0"
     assert variant["Achieved GFLOP/s"] == "15" and variant["% of matmul peak"] == "37.5"
     assert torch32["% of matmul peak"] == "40.0" and rows[("tensorflow", "8")]["% of matmul peak"] == "12.5"
+    # the shape roofline: the sequential share at the recurrent rate (peak / 20), the rest at the square peak
+    share = flops.sequential_share(SMOKE_MODEL)
+    roof = 1 / (share / 2e9 + (1 - share) / 40e9)
+    assert torch8["% of shape roofline"] == "%.1f" % (100 * 10e9 / roof)
+    assert float(torch8["% of shape roofline"]) > float(torch8["% of matmul peak"])
+    assert rows[("jax", "8")]["% of shape roofline"] == "\u2013"
+    assert rows[("mxnet", "8")]["% of shape roofline"] == "\u2013"
     # the row of record against its framework's fastest variant (same batch size and precision): 500 / 750
     assert torch8["Row of record \u00f7 fastest variant"] == "0.67"
     assert torch32["Row of record \u00f7 fastest variant"] == "\u2013"          # no variant ran at batch 32
@@ -205,10 +216,13 @@ def test_peaks_per_device_and_theoretical(efficiency_dir, tmp_path):
     section = md.split("## Measured matrix-product peak")[1].split("## Throughput")[0]
     assert "### AMD EPYC" in section
     header, rows = _table_rows(section, "Row")
-    assert header[:8] == ["Row", "Preset", "Precision", "Batch", "Square GFLOP/s", "Input GFLOP/s",
-                          "Recurrent GFLOP/s", "Shapes (m\u00d7k\u00d7n)"]
+    assert header[:9] == ["Row", "Preset", "Precision", "Batch", "Square GFLOP/s", "Input GFLOP/s",
+                          "Recurrent GFLOP/s", "Shape roofline GFLOP/s", "Shapes (m\u00d7k\u00d7n)"]
     torch8 = rows[("pytorch", "8")]
     assert (torch8["Square GFLOP/s"], torch8["Input GFLOP/s"], torch8["Recurrent GFLOP/s"]) == ("40", "20", "2")
+    share = flops.sequential_share(SMOKE_MODEL)
+    assert torch8["Shape roofline GFLOP/s"] == "%.3g" % (1 / (share / 2e9 + (1 - share) / 40e9) / 1e9)
+    assert "the recurrent product forward and its gradient" in section
     assert torch8["Shapes (m\u00d7k\u00d7n)"] == "square 1024\u00d71024\u00d71024; input 1600\u00d7300\u00d732; recurrent 8\u00d732\u00d732"
     assert ("jax", "8") not in rows and ("mxnet", "8") not in rows          # no measured peak
     assert "Theoretical peak of this CPU, fp32 (theoretical, not measured): 333 GFLOP/s = 2 logical CPUs" in section
