@@ -110,7 +110,7 @@ def shape_roofline(config: DS2Config, peak: Optional[dict]) -> Optional[float]:
     ``1 / (s / recurrent + (1 - s) / large)``.  Everything else in a step (BatchNorm, activations, CTC, the
     update, the loop itself) is left out, and the long utterances' smaller batches are credited with the
     batch size's rate, so it is a ceiling on what a framework can achieve on this device with its own matrix
-    products, not an estimate.  None where a rate is missing."""
+    products run one at a time (as they were measured), not an estimate.  None where a rate is missing."""
     rates = {name: ((peak or {}).get(name) or {}).get("flops_per_s") for name in ("square", "input", "recurrent")}
     if not rates["recurrent"] or not (rates["square"] or rates["input"]):
         return None

@@ -18,9 +18,9 @@ from typing import List, Optional
 import numpy as np
 
 from common import envinfo, results
+from common.flops import sequential_share, shape_roofline
 from common.profile import CATEGORIES
 from common.results import atomic_write_text
-from common.flops import sequential_share, shape_roofline
 from common.spec import CONTROL_PRECISION, DS2Config
 
 from . import distributed
@@ -100,11 +100,13 @@ def _number(value) -> Optional[float]:
 def _roofline(rec: dict) -> Optional[float]:
     """The record's shape roofline (:func:`common.flops.shape_roofline`) from its configuration and measured
     peaks; None without them."""
+    if not rec.get("config"):
+        return None
     try:
-        config = DS2Config(**(rec.get("config") or {}))
+        config = DS2Config(**rec["config"])
     except TypeError:                                     # a record whose configuration is not this spec's
         return None
-    return shape_roofline(config, _flops(rec).get("peak_matmul")) if rec.get("config") else None
+    return shape_roofline(config, _flops(rec).get("peak_matmul"))
 
 
 def flop_unit(values) -> tuple:
@@ -911,13 +913,14 @@ def peak_section(records: List[dict]) -> str:
         return "_No record has a measured matmul peak._\n"
     parts = ["Each notebook measures dense matrix products with its own framework on its own device at the run's "
              "precision (the median of several synchronised measurements after a warm-up): a square product, the "
-             "bd layers' input product for a batch of 8-second utterances and one step of the recurrence. Shape roofline: "
-             "the FLOP/s of a training step whose products each ran at its shape's measured rate -- the products "
-             "that must run one time step after another (the recurrent product forward and its gradient with "
-             "respect to the previous hidden state: %.0f %% of the full model's training FLOPs) at the recurrent rate, "
-             "everything else at the larger of the square and input rates (`common.flops.shape_roofline`). It "
-             "leaves out everything but matrix products and credits the long utterances' smaller batches with the "
-             "batch size's recurrent rate: a ceiling for the framework on this device, not an estimate.\n\n"
+             "bd layers' input product for a batch of 8-second utterances and one step of the recurrence. "
+             "Shape roofline: the FLOP/s of a training step whose products each ran at its shape's measured rate "
+             "-- the products that must run one time step after another (the recurrent product forward and its "
+             "gradient with respect to the previous hidden state: %.0f %% of the full model's training FLOPs) at "
+             "the recurrent rate, everything else at the larger of the square and input rates "
+             "(`common.flops.shape_roofline`). It leaves out everything but matrix products and credits the long "
+             "utterances' smaller batches with the batch size's recurrent rate: a ceiling for a step that runs "
+             "one product at a time with this framework on this device, not an estimate.\n\n"
              % (100 * sequential_share(DS2Config()))]
     for device, (unit, rows, theoretical) in devices.items():
         parts.append("### %s\n\n" % (device or "unknown device"))
