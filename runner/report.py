@@ -99,8 +99,9 @@ def _number(value) -> Optional[float]:
 
 def _roofline(rec: dict) -> Optional[float]:
     """The record's shape roofline (:func:`common.flops.shape_roofline`) from its configuration and measured
-    peaks; None without them."""
-    if not rec.get("config"):
+    peaks; None without them, and for the smoke preset: at its widths every measured product is a call
+    overhead of microseconds that the step's own loops do not pay (TensorFlow's smoke row trains at 2.2 x it)."""
+    if not rec.get("config") or rec.get("preset") == "smoke":
         return None
     try:
         config = DS2Config(**rec["config"])
@@ -920,7 +921,8 @@ def peak_section(records: List[dict]) -> str:
              "the recurrent rate, everything else at the larger of the square and input rates "
              "(`common.flops.shape_roofline`). It leaves out everything but matrix products and credits the long "
              "utterances' smaller batches with the batch size's recurrent rate: a ceiling for a step that runs "
-             "one product at a time with this framework on this device, not an estimate.\n\n"
+             "one product at a time with this framework on this device, not an estimate. None for `smoke` rows: "
+             "at their widths each measured product is a call overhead of microseconds.\n\n"
              % (100 * sequential_share(DS2Config()))]
     for device, (unit, rows, theoretical) in devices.items():
         parts.append("### %s\n\n" % (device or "unknown device"))

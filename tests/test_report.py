@@ -5,7 +5,7 @@ import os
 import pytest
 
 from common import flops, results
-from common.spec import SMOKE_MODEL
+from common.spec import FULL_MODEL, SMOKE_MODEL
 from runner import report
 
 
@@ -189,13 +189,8 @@ def test_speed_and_efficiency_table(efficiency_dir, tmp_path):
     assert torch8["Achieved GFLOP/s"] == "10" and torch8["% of matmul peak"] == "25.0"
     assert variant["Achieved GFLOP/s"] == "15" and variant["% of matmul peak"] == "37.5"
     assert torch32["% of matmul peak"] == "40.0" and rows[("tensorflow", "8")]["% of matmul peak"] == "12.5"
-    # the shape roofline: the sequential share at the recurrent rate (peak / 20), the rest at the square peak
-    share = flops.sequential_share(SMOKE_MODEL)
-    roof = 1 / (share / 2e9 + (1 - share) / 40e9)
-    assert torch8["% of shape roofline"] == "%.1f" % (100 * 10e9 / roof)
-    assert float(torch8["% of shape roofline"]) > float(torch8["% of matmul peak"])
-    assert rows[("jax", "8")]["% of shape roofline"] == "\u2013"
-    assert rows[("mxnet", "8")]["% of shape roofline"] == "\u2013"
+    # no shape roofline for smoke rows (test_shape_roofline_of_full_width_records)
+    assert all(row["% of shape roofline"] == "\u2013" for row in rows.values())
     # the row of record against its framework's fastest variant (same batch size and precision): 500 / 750
     assert torch8["Row of record \u00f7 fastest variant"] == "0.67"
     assert torch32["Row of record \u00f7 fastest variant"] == "\u2013"          # no variant ran at batch 32
@@ -220,12 +215,33 @@ def test_peaks_per_device_and_theoretical(efficiency_dir, tmp_path):
                           "Recurrent GFLOP/s", "Shape roofline GFLOP/s", "Shapes (m\u00d7k\u00d7n)"]
     torch8 = rows[("pytorch", "8")]
     assert (torch8["Square GFLOP/s"], torch8["Input GFLOP/s"], torch8["Recurrent GFLOP/s"]) == ("40", "20", "2")
-    share = flops.sequential_share(SMOKE_MODEL)
-    assert torch8["Shape roofline GFLOP/s"] == "%.3g" % (1 / (share / 2e9 + (1 - share) / 40e9) / 1e9)
-    assert "the recurrent product forward and its gradient" in section
+    assert torch8["Shape roofline GFLOP/s"] == "\u2013"                      # smoke: none
     assert torch8["Shapes (m\u00d7k\u00d7n)"] == "square 1024\u00d71024\u00d71024; input 1600\u00d7300\u00d732; recurrent 8\u00d732\u00d732"
     assert ("jax", "8") not in rows and ("mxnet", "8") not in rows          # no measured peak
     assert "Theoretical peak of this CPU, fp32 (theoretical, not measured): 333 GFLOP/s = 2 logical CPUs" in section
+
+
+def test_shape_roofline_of_full_width_records(tmp_path):
+    """The roofline: the sequential share at the recurrent rate (peak / 20), the rest at the square peak; in
+    both tables for a `cpu` record, none for the same record at the smoke preset."""
+    base = [65.5, 120.0, 118.0, 60.0, 90.0, 88.0, 70.0, 66.0, 64.0, 62.0, 61.0, 60.5]
+    d = tmp_path / "results" / "records"
+    d.mkdir(parents=True)
+    for preset in ("cpu", "smoke"):
+        rec = fixture_record("pytorch", "PyTorch", base, 5.0, row_of_record="pytorch", preset=preset,
+                             config=FULL_MODEL.to_dict(), flops=flops_of(50e9, 300e9))
+        results.write_record(str(d / ("pytorch_%s.json" % preset)), rec)
+    md = report.render(str(tmp_path / "results"), "cmd", None, str(tmp_path / "results.md"))
+    share = flops.sequential_share(FULL_MODEL)
+    roof = 1 / (share / 15e9 + (1 - share) / 300e9)
+    speed = md.split("## Speed and efficiency")[1].split("## Measured matrix-product peak")[0]
+    cpu, smoke = speed.split("### smoke")
+    assert _table_rows(cpu, "Row")[1][("pytorch", "8")]["% of shape roofline"] == "%.1f" % (100 * 50e9 / roof)
+    assert _table_rows(smoke, "Row")[1][("pytorch", "8")]["% of shape roofline"] == "\u2013"
+    peaks = md.split("## Measured matrix-product peak")[1].split("## Throughput")[0]
+    assert "the recurrent product forward and its gradient" in peaks
+    rows = [l for l in peaks.splitlines() if l.startswith("| pytorch ")]
+    assert len(rows) == 2 and sorted(l.split("|")[8].strip() for l in rows) == ["%.3g" % (roof / 1e9), "\u2013"]
 
 
 def test_where_the_time_goes(efficiency_dir, tmp_path):
@@ -283,7 +299,8 @@ COMMITTED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file_
 
 def test_committed_records_efficiency_is_plausible():
     """Every committed record with a measured efficiency: achieved training FLOP/s is positive and at most
-    1.2 x the notebook's own measured square-matmul peak (more would mean the FLOPs or the peak are wrong)."""
+    1.2 x the notebook's own measured square-matmul peak (more would mean the FLOPs or the peak are wrong),
+    and below its shape roofline where it has one."""
     checked = []
     for rec in results.read_records(COMMITTED):
         eff = (rec.get("flops") or {}).get("efficiency")
@@ -292,6 +309,9 @@ def test_committed_records_efficiency_is_plausible():
         assert 0 < eff < 1.2, "%s: efficiency %r" % (rec["target"], eff)
         f = rec["flops"]
         assert f["efficiency"] == pytest.approx(f["achieved_per_s"] / f["peak_matmul_per_s"], rel=1e-9)
+        roof = report._roofline(rec)                       # a ceiling: no full-width row reaches it
+        assert roof is None or 0 < f["achieved_per_s"] < roof, "%s: achieved %r, roofline %r" % (
+            rec["target"], f["achieved_per_s"], roof)
         checked.append(rec["target"])
     if not checked:
         pytest.skip("no committed record has a flops section with an efficiency yet")
