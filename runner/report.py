@@ -21,7 +21,7 @@ from common import envinfo, results
 from common.flops import sequential_share, shape_roofline
 from common.profile import CATEGORIES
 from common.results import atomic_write_text
-from common.spec import CONTROL_PRECISION, DS2Config
+from common.spec import CONTROL_PRECISION, DS2Config, FULL_MODEL
 
 from . import distributed
 from .bootstrap import ROOT
@@ -923,7 +923,7 @@ def peak_section(records: List[dict]) -> str:
              "utterances' smaller batches with the batch size's recurrent rate: a ceiling for a step that runs "
              "one product at a time with this framework on this device, not an estimate. None for `smoke` rows: "
              "at their widths each measured product is a call overhead of microseconds.\n\n"
-             % (100 * sequential_share(DS2Config()))]
+             % (100 * sequential_share(FULL_MODEL))]
     for device, (unit, rows, theoretical) in devices.items():
         parts.append("### %s\n\n" % (device or "unknown device"))
         parts.append(md_table(rows, {c: "{:.3g}" for c in (rows[0] if rows else {}) if c.endswith("FLOP/s")})

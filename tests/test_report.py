@@ -29,15 +29,18 @@ def fixture_record(target, framework, losses, speed, precision="fp32", device="A
     return rec
 
 
+#: the fixture records' loss trajectory: three warm-up losses, then the timed pass's
+LOSSES = [65.5, 120.0, 118.0, 60.0, 90.0, 88.0, 70.0, 66.0, 64.0, 62.0, 61.0, 60.5]
+
+
 @pytest.fixture
 def records_dir(tmp_path):
-    base = [65.5, 120.0, 118.0, 60.0, 90.0, 88.0, 70.0, 66.0, 64.0, 62.0, 61.0, 60.5]
     d = tmp_path / "results" / "records"
     d.mkdir(parents=True)
     recs = [
-        fixture_record("pytorch", "PyTorch", base, 500.0),
-        fixture_record("tensorflow", "TensorFlow", [v * (1 + 2e-5) for v in base], 300.0),
-        fixture_record("jax", "JAX", [v * (1 - 5e-4) for v in base], 700.0),
+        fixture_record("pytorch", "PyTorch", LOSSES, 500.0),
+        fixture_record("tensorflow", "TensorFlow", [v * (1 + 2e-5) for v in LOSSES], 300.0),
+        fixture_record("jax", "JAX", [v * (1 - 5e-4) for v in LOSSES], 700.0),
         results.failed_record("mxnet", "failed", "MXNetError: no kernel image | sm_90", framework="MXNet",
                               preset="smoke", precision="fp32", device={"type": "cpu", "name": "AMD EPYC"}),
         results.failed_record("cntk", "skipped", "no CNTK interpreter given", framework="CNTK", preset="smoke",
@@ -131,20 +134,20 @@ PROFILE = {"tool": "torch.profiler (cpu)", "step_s": 0.25, "profiled_s": 0.2, "b
 def efficiency_dir(tmp_path):
     """PyTorch's row of record and its variant at batch 8, PyTorch at batch 32, TensorFlow at 8 and 32,
     a JAX record from before the flops section, a failed MXNet row."""
-    base = [65.5, 120.0, 118.0, 60.0, 90.0, 88.0, 70.0, 66.0, 64.0, 62.0, 61.0, 60.5]
     d = tmp_path / "results" / "records"
     d.mkdir(parents=True)
     recs = [
-        fixture_record("pytorch", "PyTorch", base, 500.0, row_of_record="pytorch", flops=flops_of(10e9, 40e9),
+        fixture_record("pytorch", "PyTorch", LOSSES, 500.0, row_of_record="pytorch", flops=flops_of(10e9, 40e9),
                        profile=PROFILE),
-        fixture_record("pytorch+compile", "PyTorch", base, 750.0, row_of_record="pytorch",
+        fixture_record("pytorch+compile", "PyTorch", LOSSES, 750.0, row_of_record="pytorch",
                        variant="torch.compile (inductor)", flops=flops_of(15e9, 40e9)),
-        fixture_record("pytorch", "PyTorch", base, 1000.0, row_of_record="pytorch", batch_size=32,
+        fixture_record("pytorch", "PyTorch", LOSSES, 1000.0, row_of_record="pytorch", batch_size=32,
                        flops=flops_of(20e9, 50e9)),
-        fixture_record("tensorflow", "TensorFlow", base, 200.0, row_of_record="tensorflow", flops=flops_of(4e9, 32e9)),
-        fixture_record("tensorflow", "TensorFlow", base, 250.0, row_of_record="tensorflow", batch_size=32,
+        fixture_record("tensorflow", "TensorFlow", LOSSES, 200.0, row_of_record="tensorflow",
+                       flops=flops_of(4e9, 32e9)),
+        fixture_record("tensorflow", "TensorFlow", LOSSES, 250.0, row_of_record="tensorflow", batch_size=32,
                        flops=flops_of(5e9, 32e9)),
-        fixture_record("jax", "JAX", base, 400.0),                                  # no flops section
+        fixture_record("jax", "JAX", LOSSES, 400.0),                                  # no flops section
         results.failed_record("mxnet", "failed", "MXNetError: out of memory", framework="MXNet", preset="smoke",
                               precision="fp32", batch_size=8, scale=1, seed=0,
                               device={"type": "cpu", "name": "AMD EPYC"}),
@@ -224,11 +227,10 @@ def test_peaks_per_device_and_theoretical(efficiency_dir, tmp_path):
 def test_shape_roofline_of_full_width_records(tmp_path):
     """The roofline: the sequential share at the recurrent rate (peak / 20), the rest at the square peak; in
     both tables for a `cpu` record, none for the same record at the smoke preset."""
-    base = [65.5, 120.0, 118.0, 60.0, 90.0, 88.0, 70.0, 66.0, 64.0, 62.0, 61.0, 60.5]
     d = tmp_path / "results" / "records"
     d.mkdir(parents=True)
     for preset in ("cpu", "smoke"):
-        rec = fixture_record("pytorch", "PyTorch", base, 5.0, row_of_record="pytorch", preset=preset,
+        rec = fixture_record("pytorch", "PyTorch", LOSSES, 5.0, row_of_record="pytorch", preset=preset,
                              config=FULL_MODEL.to_dict(), flops=flops_of(50e9, 300e9))
         results.write_record(str(d / ("pytorch_%s.json" % preset)), rec)
     md = report.render(str(tmp_path / "results"), "cmd", None, str(tmp_path / "results.md"))
