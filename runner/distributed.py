@@ -24,7 +24,9 @@ to every process that carries the run's marker variable ``DS2_DP_RUN`` (torchrun
 in sessions of their own, so a process-group kill alone would miss them), waits a grace period, then
 SIGKILLs what is left.  Each worker also gets ``PR_SET_PDEATHSIG`` = SIGTERM, so a runner killed
 outright (SIGKILL) still takes its direct children with it.  The failed row's reason names the rank
-and the last error line of its log.
+and the last error line of its log.  A run whose every rank reported ok counts, even when a process
+then dies at exit (a framework's teardown: gloo was seen to abort one rank's interpreter shutdown in
+6 runs in 240): its record's ``run.teardown`` names the process, the signal and its last log line.
 
 **Batch size.**  ``--batch-size b`` (default: the preset's) is the batch of *one worker*, DeepMark's
 "per GPU" convention: the run trains on global batches of ``W*b`` and its record's ``batch_size`` is
@@ -38,6 +40,7 @@ import ast
 import ctypes
 import json
 import os
+import re
 import shlex
 import signal
 import socket
@@ -376,6 +379,7 @@ class LaunchResult:
         self.statuses = statuses
         self.wall_s = wall_s
         self.commands = commands
+        self.teardown = None   # every rank reported ok, then a process died at exit: what died, and how
 
 
 def _read_statuses(status_prefix: str, world: int) -> Dict[int, dict]:
@@ -419,6 +423,45 @@ def _describe_code(code: Optional[int]) -> str:
     return "exit status %d" % code
 
 
+_TORCHRUN_ROOT = re.compile(r"Root Cause.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", re.S)
+_MPIEXEC_ROOT = re.compile(r"process rank (\d+) with PID \d+ on node \S+ exited on signal (\d+)")
+
+
+def root_cause(launcher_log: str) -> Optional[tuple]:
+    """(rank, exit code) of the first rank that one launcher process (torchrun, mpiexec) saw die, from its
+    log: torchrun's "Root Cause (first observed failure)" block, mpiexec's "process rank R ... exited on
+    signal S"; None when the log names none."""
+    try:
+        with open(launcher_log, errors="replace") as f:
+            text = f.read()[-50000:]
+    except OSError:
+        return None
+    m = _TORCHRUN_ROOT.search(text)
+    if m:
+        return int(m.group(1)), int(m.group(2))
+    m = _MPIEXEC_ROOT.search(text)
+    if m:
+        return int(m.group(1)), -int(m.group(2))
+    return None
+
+
+def teardown_note(world: int, log_prefix: str, launcher_log: str, returncodes: List[Optional[int]],
+                  per_rank: bool, first_exit: Optional[tuple], ps_roles: List[str]) -> str:
+    """One line for a run whose every rank reported ok and whose processes then did not all exit cleanly:
+    which process died at exit, how, and the last line of its log (e.g. gloo's "terminate called without an
+    active exception" when one rank's interpreter shut down while another still held the process group)."""
+    if per_rank and first_exit is not None:
+        index, code = first_exit
+        if index < world:
+            return "rank %d died at exit (%s): %s" % (index, _describe_code(code), _log_line(log_prefix, index))
+        role = ps_roles[index - world] if index - world < len(ps_roles) else "process %d" % index
+        return "the MXNet ps-lite %s died at exit (%s)" % (role, _describe_code(code))
+    cause = root_cause(launcher_log)
+    if cause is not None:
+        return "rank %d died at exit (%s): %s" % (cause[0], _describe_code(cause[1]), _log_line(log_prefix, cause[0]))
+    return "the launcher exited with %s" % _describe_code(returncodes[0] if returncodes else None)
+
+
 def failure_reason(world: int, statuses: Dict[int, dict], log_prefix: str, launcher_log: str,
                    returncodes: List[Optional[int]], per_rank: bool, timed_out: Optional[float],
                    first_exit: Optional[tuple] = None) -> str:
@@ -436,6 +479,13 @@ def failure_reason(world: int, statuses: Dict[int, dict], log_prefix: str, launc
     if failed:
         s = failed[0]
         return "rank %d failed: %s" % (s["rank"], s.get("error") or _log_line(log_prefix, s["rank"]))
+    # the first process to die (per-rank launchers: seen by the runner; torchrun, mpiexec: named in their log)
+    cause = first_exit if per_rank else root_cause(launcher_log)
+    unfinished = [r for r in range(world) if statuses.get(r, {}).get("status") != "ok"]
+    if cause is not None and cause[0] < world and statuses.get(cause[0], {}).get("status") == "ok" and unfinished:
+        # it had finished its work and died at exit; the teardown then stopped a rank that had not finished
+        return ("rank %d died at exit (%s) after reporting ok, and rank %d was stopped before it finished: %s"
+                % (cause[0], _describe_code(cause[1]), unfinished[0], _log_line(log_prefix, cause[0])))
     if per_rank and first_exit is not None:   # died without a "failed" status: a signal, os._exit, no dp_worker
         rank, code = first_exit
         return "rank %d died (%s): %s" % (rank, _describe_code(code), _log_line(log_prefix, rank))
@@ -450,6 +500,8 @@ def failure_reason(world: int, statuses: Dict[int, dict], log_prefix: str, launc
             line = last_error_line(f.read()[-20000:])
     except OSError:
         line = "no launcher log"
+    if cause is not None:
+        line = "rank %d %s: %s" % (cause[0], _describe_code(cause[1]), _log_line(log_prefix, cause[0]))
     return "the launcher failed (%s): %s" % (_describe_code(returncodes[0]), results.one_line(line, 200))
 
 
@@ -548,10 +600,16 @@ def launch(launcher: Launcher, python: str, script: str, world: int, log_prefix:
         terminate(procs, run_id, grace)
     codes = [p.returncode for p in procs]
     statuses = _read_statuses(status_prefix, ranks)
-    ok = timed_out is None and (all(c == 0 for c in codes) or lingered) and \
-        all(statuses.get(r, {}).get("status") == "ok" for r in range(ranks))
+    # the run counts when every rank reported ok: its work is done and its files written.  A process that then
+    # lingers is stopped; one that dies at exit (a framework's teardown) is named in ``teardown``
+    ok = timed_out is None and all(statuses.get(r, {}).get("status") == "ok" for r in range(ranks))
+    teardown = None
     if ok and lingered:
         announce("  note: every rank finished, but processes lingered %g s after it; stopped them" % linger)
+    elif ok and any(c != 0 for c in codes):
+        teardown = teardown_note(ranks, log_prefix, launcher_log, codes, launcher.kind in ("processes", "ps"),
+                                 first_exit, ps_roles)
+        announce("  note: every rank finished and reported ok; then %s" % teardown)
     reason = None if ok else failure_reason(ranks, statuses, log_prefix, launcher_log, codes,
                                             launcher.kind in ("processes", "ps"), timed_out, first_exit)
     if not ok and first_exit is not None and first_exit[0] >= ranks and ps_roles and \
@@ -559,7 +617,9 @@ def launch(launcher: Launcher, python: str, script: str, world: int, log_prefix:
         role = ps_roles[first_exit[0] - ranks]
         reason = "the MXNet ps-lite %s died (%s): %s" % (role, _describe_code(first_exit[1]),
                                                          _role_log_line("%s.%s.log" % (log_prefix, role)))
-    return LaunchResult(ok, reason, codes, statuses, time.time() - t0, commands)
+    res = LaunchResult(ok, reason, codes, statuses, time.time() - t0, commands)
+    res.teardown = teardown
+    return res
 
 
 # ---- one target, W workers: the record -----------------------------------------------------------------
@@ -707,6 +767,8 @@ def run_target(target: Target, opts, workers: int, announce=print, python: Optio
              "ranks": {str(r): {k: st.get(k) for k in ("status", "exit_code", "error", "pid")}
                        for r, st in sorted(res.statuses.items())},
              "returncodes": res.returncodes}
+    if res.teardown:
+        extra["teardown"] = "every rank reported ok; then " + res.teardown
     _clean_statuses(status_prefix, workers)
     if not res.ok:
         if os.path.exists(staged):
