@@ -372,14 +372,14 @@ def _terminate(procs: List[subprocess.Popen], marker_value: str, grace: float) -
 
 class LaunchResult:
     def __init__(self, ok: bool, reason: Optional[str], returncodes: List[Optional[int]], statuses: Dict[int, dict],
-                 wall_s: float, commands: List[str]):
+                 wall_s: float, commands: List[str], teardown: Optional[str] = None):
         self.ok = ok
         self.reason = reason
         self.returncodes = returncodes
         self.statuses = statuses
         self.wall_s = wall_s
         self.commands = commands
-        self.teardown = None   # every rank reported ok, then a process died at exit: what died, and how
+        self.teardown = teardown   # every rank reported ok, then a process died at exit: what died, and how
 
 
 def _read_statuses(status_prefix: str, world: int) -> Dict[int, dict]:
@@ -445,30 +445,29 @@ def root_cause(launcher_log: str) -> Optional[tuple]:
     return None
 
 
-def teardown_note(world: int, log_prefix: str, launcher_log: str, returncodes: List[Optional[int]],
-                  per_rank: bool, first_exit: Optional[tuple], ps_roles: List[str]) -> str:
+def teardown_note(world: int, log_prefix: str, cause: Optional[tuple], returncodes: List[Optional[int]],
+                  ps_roles: List[str]) -> str:
     """One line for a run whose every rank reported ok and whose processes then did not all exit cleanly:
-    which process died at exit, how, and the last line of its log (e.g. gloo's "terminate called without an
-    active exception" when one rank's interpreter shut down while another still held the process group)."""
-    if per_rank and first_exit is not None:
-        index, code = first_exit
-        if index < world:
-            return "rank %d died at exit (%s): %s" % (index, _describe_code(code), _log_line(log_prefix, index))
+    which process died at exit (``cause``, as :func:`failure_reason` takes it), how, and the last line of its
+    log (e.g. gloo's "terminate called without an active exception" when one rank's interpreter shut down
+    while another still held the process group)."""
+    if cause is None:
+        return "the launcher exited with %s" % _describe_code(returncodes[0] if returncodes else None)
+    index, code = cause
+    if index >= world:
         role = ps_roles[index - world] if index - world < len(ps_roles) else "process %d" % index
         return "the MXNet ps-lite %s died at exit (%s)" % (role, _describe_code(code))
-    cause = root_cause(launcher_log)
-    if cause is not None:
-        return "rank %d died at exit (%s): %s" % (cause[0], _describe_code(cause[1]), _log_line(log_prefix, cause[0]))
-    return "the launcher exited with %s" % _describe_code(returncodes[0] if returncodes else None)
+    return "rank %d died at exit (%s): %s" % (index, _describe_code(code), _log_line(log_prefix, index))
 
 
 def failure_reason(world: int, statuses: Dict[int, dict], log_prefix: str, launcher_log: str,
                    returncodes: List[Optional[int]], per_rank: bool, timed_out: Optional[float],
-                   first_exit: Optional[tuple] = None) -> str:
+                   cause: Optional[tuple] = None) -> str:
     """One line: which rank failed first, and why (its status, else the last error line of its log).
 
-    ``first_exit``: (process index, exit code) of the first process seen to exit non-zero, before the
-    teardown killed the others (their codes then say SIGTERM, which is not the cause)."""
+    ``cause``: (process index, exit code) of the first process to die -- per-rank launchers: the first the
+    runner saw exit non-zero, before the teardown killed the others (their codes then say SIGTERM, which is
+    not the cause); torchrun and mpiexec: the rank their log names (:func:`root_cause`)."""
     failed = sorted((s for s in statuses.values() if s.get("status") == "failed"),
                     key=lambda s: s.get("finished") or 0)
     if timed_out is not None and not failed:
@@ -479,15 +478,13 @@ def failure_reason(world: int, statuses: Dict[int, dict], log_prefix: str, launc
     if failed:
         s = failed[0]
         return "rank %d failed: %s" % (s["rank"], s.get("error") or _log_line(log_prefix, s["rank"]))
-    # the first process to die (per-rank launchers: seen by the runner; torchrun, mpiexec: named in their log)
-    cause = first_exit if per_rank else root_cause(launcher_log)
     unfinished = [r for r in range(world) if statuses.get(r, {}).get("status") != "ok"]
     if cause is not None and cause[0] < world and statuses.get(cause[0], {}).get("status") == "ok" and unfinished:
         # it had finished its work and died at exit; the teardown then stopped a rank that had not finished
         return ("rank %d died at exit (%s) after reporting ok, and rank %d was stopped before it finished: %s"
                 % (cause[0], _describe_code(cause[1]), unfinished[0], _log_line(log_prefix, cause[0])))
-    if per_rank and first_exit is not None:   # died without a "failed" status: a signal, os._exit, no dp_worker
-        rank, code = first_exit
+    if per_rank and cause is not None:   # died without a "failed" status: a signal, os._exit, no dp_worker
+        rank, code = cause
         return "rank %d died (%s): %s" % (rank, _describe_code(code), _log_line(log_prefix, rank))
     # one launcher process (torchrun, mpiexec): the ranks that never finished, else the launcher's own words
     for rank in range(world):
@@ -495,13 +492,14 @@ def failure_reason(world: int, statuses: Dict[int, dict], log_prefix: str, launc
             state = "never started" if rank not in statuses else "died without finishing"
             return "rank %d %s (launcher %s): %s" % (rank, state, _describe_code(returncodes[0]),
                                                     _log_line(log_prefix, rank))
-    try:
-        with open(launcher_log, errors="replace") as f:
-            line = last_error_line(f.read()[-20000:])
-    except OSError:
-        line = "no launcher log"
     if cause is not None:
         line = "rank %d %s: %s" % (cause[0], _describe_code(cause[1]), _log_line(log_prefix, cause[0]))
+    else:
+        try:
+            with open(launcher_log, errors="replace") as f:
+                line = last_error_line(f.read()[-20000:])
+        except OSError:
+            line = "no launcher log"
     return "the launcher failed (%s): %s" % (_describe_code(returncodes[0]), results.one_line(line, 200))
 
 
@@ -603,23 +601,22 @@ def launch(launcher: Launcher, python: str, script: str, world: int, log_prefix:
     # the run counts when every rank reported ok: its work is done and its files written.  A process that then
     # lingers is stopped; one that dies at exit (a framework's teardown) is named in ``teardown``
     ok = timed_out is None and all(statuses.get(r, {}).get("status") == "ok" for r in range(ranks))
+    per_rank = launcher.kind in ("processes", "ps")
+    cause = first_exit if per_rank else root_cause(launcher_log) if any(c != 0 for c in codes) else None
     teardown = None
     if ok and lingered:
         announce("  note: every rank finished, but processes lingered %g s after it; stopped them" % linger)
     elif ok and any(c != 0 for c in codes):
-        teardown = teardown_note(ranks, log_prefix, launcher_log, codes, launcher.kind in ("processes", "ps"),
-                                 first_exit, ps_roles)
+        teardown = teardown_note(ranks, log_prefix, cause, codes, ps_roles)
         announce("  note: every rank finished and reported ok; then %s" % teardown)
-    reason = None if ok else failure_reason(ranks, statuses, log_prefix, launcher_log, codes,
-                                            launcher.kind in ("processes", "ps"), timed_out, first_exit)
+    reason = None if ok else failure_reason(ranks, statuses, log_prefix, launcher_log, codes, per_rank, timed_out,
+                                            cause)
     if not ok and first_exit is not None and first_exit[0] >= ranks and ps_roles and \
             not any(s.get("status") == "failed" for s in statuses.values()):
         role = ps_roles[first_exit[0] - ranks]
         reason = "the MXNet ps-lite %s died (%s): %s" % (role, _describe_code(first_exit[1]),
                                                          _role_log_line("%s.%s.log" % (log_prefix, role)))
-    res = LaunchResult(ok, reason, codes, statuses, time.time() - t0, commands)
-    res.teardown = teardown
-    return res
+    return LaunchResult(ok, reason, codes, statuses, time.time() - t0, commands, teardown)
 
 
 # ---- one target, W workers: the record -----------------------------------------------------------------
