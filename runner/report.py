@@ -19,6 +19,7 @@ import numpy as np
 
 from common import envinfo, results
 from common.flops import sequential_share, shape_roofline
+from common.onnx_check import HELD_OUT_BATCH_SIZE, HELD_OUT_SECONDS, ONNX_RTOL, REPEATS
 from common.profile import CATEGORIES
 from common.results import atomic_write_text
 from common.spec import CONTROL_PRECISION, DS2Config, FULL_MODEL
@@ -277,6 +278,59 @@ def profile_rows(records: List[dict]) -> List[OrderedDict]:
         row["Largest in other"] = ", ".join(str(n)[:40] for n, _ in other[:3]) or None
         rows.append(row)
     return rows
+
+
+# ---- the ONNX exit route (issue #22) ----------------------------------------------------------------------
+ONNX_NOTE = ("ONNX exit route (issue #22): every notebook's section 11b exports its trained inference-mode model "
+             "(BatchNorm with running statistics, no CTC, batch and time axes dynamic) with its framework's own "
+             "exporter; onnxruntime's CPU provider runs the file on a held-out batch (seed + 1, %d utterances of "
+             "%d s: a batch size and a length the export never traced) and its logits are held to the framework's "
+             "own inference-mode logits and to the NumPy reference's inference mode of the exported canonical "
+             "state, each within %s relative to the largest logit (`common/onnx_check.py`). Nodes: every node "
+             "of the graph and its subgraphs (Loop and Scan bodies), the three commonest op types. Inference "
+             "audio s/s: the held-out batch's seconds of audio over the median of %d runs after one untimed run, "
+             "onnxruntime and the framework in the same process. Check a file again: "
+             "`python -m common.onnx_check results/weights/<record>.onnx`.")
+
+
+def onnx_rows(records: List[dict]) -> List[OrderedDict]:
+    """One row per completed record: its ``onnx`` section (exporter, opset, file, nodes, the two differences,
+    inference throughput of onnxruntime and of the framework), or why it has none."""
+    rows = []
+    for rec in _ok(records):
+        o = rec.get("onnx") or {}
+        tp = o.get("throughput") or {}
+        ort_s = _number((tp.get("onnxruntime") or {}).get("audio_s_per_s"))
+        fw_s = _number((tp.get("framework") or {}).get("audio_s_per_s"))
+        nodes = o.get("nodes") or {}
+        top = ", ".join("%s %d" % (k, v) for k, v in list(nodes.items())[:3])
+        reason = o.get("reason") if o else "no onnx section: record made before issue #22"
+        if o.get("status") == "ok" and o.get("workaround"):
+            reason = "workaround: %s" % o["workaround"]
+        rows.append(OrderedDict([
+            ("Row", _label(rec)), ("Preset", rec.get("preset")), ("Batch", rec.get("batch_size")),
+            ("Device", (rec.get("device") or {}).get("name")), ("ONNX", o.get("status") or "\u2013"),
+            ("Exporter", ("%s %s" % (o.get("exporter") or "", o.get("exporter_version") or "")).strip() or None),
+            ("Opset", o.get("opset")), ("MB", _number(o.get("bytes")) / 1e6 if _number(o.get("bytes")) else None),
+            ("Nodes", "%s (%s)" % (o["nodes_total"], top) if o.get("nodes_total") else None),
+            ("Max rel. diff vs framework", _number((o.get("vs_framework") or {}).get("max_rel"))),
+            ("vs NumPy reference", _number((o.get("vs_reference") or {}).get("max_rel"))),
+            ("onnxruntime audio s/s", ort_s), ("Framework audio s/s", fw_s),
+            ("onnxruntime \u00f7 framework", ort_s / fw_s if ort_s and fw_s else None),
+            ("Reason / workaround", results.one_line(reason, 200) if reason else None),
+        ]))
+    return rows
+
+
+def onnx_section(records: List[dict]) -> List[str]:
+    rows = onnx_rows(records)
+    if not rows:
+        return []
+    rtol = ("%.0e" % ONNX_RTOL).replace("e-0", "e-")
+    return ["## ONNX exit route", "", ONNX_NOTE % (HELD_OUT_BATCH_SIZE, HELD_OUT_SECONDS, rtol, REPEATS), "",
+            md_table(rows, {"MB": "{:.1f}", "Max rel. diff vs framework": "{:.1e}", "vs NumPy reference": "{:.1e}",
+                            "onnxruntime audio s/s": "{:.1f}", "Framework audio s/s": "{:.1f}",
+                            "onnxruntime \u00f7 framework": "{:.2f}"})]
 
 
 # ---- the float64 control (issue #12) --------------------------------------------------------------------
@@ -862,7 +916,8 @@ def render(results_dir: str, command: str, commit: Optional[str], output: str) -
                   "Max rel. diff of first %d step losses vs PyTorch" % K_STEPS: "{:.1e}", CONTROL_COLUMN: "{:.1e}"}),
         control_section(records, controls),
         image("trajectories", "loss trajectories of all frameworks"),
-    ] + migration_section(results_dir, records, records_dir, controls) + distributed.report_section(records, md_table) + [
+    ] + migration_section(results_dir, records, records_dir, controls) + onnx_section(records) \
+        + distributed.report_section(records, md_table) + [
         "## Environments",
         "",
         md_table(environment_rows(all_records)),

@@ -42,6 +42,10 @@ STEPS = [
                                               "is held against."),
     ("export", "11. Export", "The trained model in the canonical format (the inverse of section 5), checked in "
                              "inference mode against the NumPy reference; the framework's own checkpoint."),
+    ("onnx", "11b. Export to ONNX", "The inference-mode model through the framework's own ONNX exporter (dynamic batch and "
+                                    "time axes), run by onnxruntime on a held-out batch and held to the framework's "
+                                    "logits and the NumPy reference's; what the exporter cannot express, and the "
+                                    "workaround."),
     ("profile", "12. Where the time goes", "One training step under the framework's own profiler, reduced to "
                                            "shares of convolutions, RNN, CTC, BatchNorm and the optimizer (after "
                                            "the export: its steps train the model further)."),
