@@ -91,12 +91,15 @@ def timed(fn: Callable[[], object], repeats: int = REPEATS) -> Tuple[object, flo
 
 
 def one_line(error, limit: int = 300) -> str:
-    """An exception (or text) as one line: ``Type: first non-empty line``, at most ``limit`` characters."""
+    """An exception (or text) as one line: ``Type: first non-empty line``, at most ``limit`` characters, terminal
+    colour codes removed (exporters print them)."""
+    import re
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(error))
     if isinstance(error, BaseException):
-        lines = [l.strip() for l in str(error).splitlines() if l.strip()]
+        lines = [l.strip() for l in text.splitlines() if l.strip()]
         text = "%s: %s" % (type(error).__name__, lines[0]) if lines else type(error).__name__
     else:
-        lines = [l.strip() for l in str(error).splitlines() if l.strip()]
+        lines = [l.strip() for l in text.splitlines() if l.strip()]
         text = lines[0] if lines else ""
     return text if len(text) <= limit else text[:limit - 3] + "..."
 

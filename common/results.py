@@ -24,6 +24,8 @@ row_of_record         the framework's row of record a variant row belongs to (ru
 memory                device_peak_bytes, host_peak_rss_bytes (the process at the record),
                       host_peak_rss_training_bytes (at the end of the timed pass)
 options               framework switches the run used (torch.compile, hybridize, ...)
+export                the canonical export of section 11 and its checks (:mod:`common.exports`)
+onnx                  the ONNX export of section 11b, checked in onnxruntime (:mod:`common.onnx_check`)
 run                   started/finished (UTC), notebook, command, git commit (run_all.py)
 ====================  ==================================================================
 

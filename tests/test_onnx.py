@@ -136,10 +136,10 @@ EXPECTED = {
     "tensorflow": "ok", "tensorflow+xla": "ok",
     "keras-tensorflow": "ok", "keras-tensorflow+xla": "ok",
     "keras-jax": "ok",
-    "keras-torch": "ok",
+    "keras-torch": "at the traced time length 1",      # Keras's torch export fixes every None dimension to 1
     "jax": "ok", "jax+unroll": "ok",
     "mxnet": "ok", "mxnet+static": "ok",
-    "cntk": "ok",
+    "cntk": "Unsupported node",                         # C.assign of the hand-written BatchNorm (CNTK 2.7)
 }
 NAMES = [t for t in selected_targets() if t in EXPECTED]
 
@@ -176,15 +176,17 @@ def test_onnx_section_of_every_row(smoke, target):
 
 
 def perturbed_copy(path, out):
-    """The file with its largest weight moved by 1 % of its largest magnitude: a wrong export."""
+    """The file with its largest weight (an initializer, or a Constant node's value) moved by 1 % of its largest
+    magnitude: a wrong export."""
     from onnx import numpy_helper
     model = onnx.load(path)
-    init = max(model.graph.initializer, key=lambda t: int(np.prod(t.dims)) if t.data_type == onnx.TensorProto.FLOAT
-               else 0)
-    w = numpy_helper.to_array(init)
-    init.CopyFrom(numpy_helper.from_array((w + 0.01 * np.abs(w).max()).astype(w.dtype), init.name))
+    tensors = list(model.graph.initializer) + [a.t for n in model.graph.node if n.op_type == "Constant"
+                                               for a in n.attribute if a.name == "value"]
+    tensor = max((t for t in tensors if t.data_type == onnx.TensorProto.FLOAT), key=lambda t: int(np.prod(t.dims)))
+    w = numpy_helper.to_array(tensor)
+    tensor.CopyFrom(numpy_helper.from_array((w + 0.01 * np.abs(w).max()).astype(w.dtype), tensor.name))
     onnx.save(model, str(out))
-    return init.name
+    return tensor.name
 
 
 @pytest.mark.parametrize("target", [t for t in NAMES if EXPECTED[t] == "ok" and "+" not in t])
