@@ -139,7 +139,7 @@ EXPECTED = {
     "keras-torch": "at the traced time length 1",      # Keras's torch export fixes every None dimension to 1
     "jax": "ok", "jax+unroll": "ok",
     "mxnet": "ok", "mxnet+static": "ok",
-    "cntk": "Unsupported node",                         # C.assign of the hand-written BatchNorm (CNTK 2.7)
+    "cntk": "ok",
 }
 NAMES = [t for t in selected_targets() if t in EXPECTED]
 
