@@ -172,8 +172,10 @@ def opset(model) -> Optional[int]:
 def session(path: str):
     """An onnxruntime inference session on the CPU provider; a file it cannot load raises OnnxFileError."""
     import onnxruntime as ort
+    options = ort.SessionOptions()
+    options.log_severity_level = 3          # errors only: shape-merge notes on exporters' files are not news to a user
     try:
-        return ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
     except Exception as e:
         raise OnnxFileError("onnxruntime cannot load %s (%s)" % (path, one_line(e))) from None
 
