@@ -10,6 +10,7 @@ import subprocess
 from collections import OrderedDict
 from typing import Callable, Dict, List, Optional, Tuple
 
+from common.envinfo import cpu_flags
 from common.spec import CONTROL_PRECISION
 
 from .bootstrap import ROOT, EnvError, env_python, last_error_line
@@ -66,14 +67,16 @@ class Target:
 
     Which GPUs and drivers can run it is decided by its environment's CUDA builds in
     runner/preflight.py (BUILDS); ``cpu_precisions`` are the precisions it runs on a CPU, with
-    ``cpu_precision_reasons`` saying why the others do not.
+    ``cpu_precision_reasons`` saying why the others do not; ``cpu_precision_flags`` the CPU features
+    (/proc/cpuinfo flags) a precision needs beyond that, with what fails without them.
     """
 
     def __init__(self, name: str, label: str, notebook: str, env: str, parameters: Optional[dict] = None,
                  unsupported_gpu_precisions: Optional[Dict[str, str]] = None,
                  cpu_precisions: Tuple[str, ...] = ("fp32", "bf16"),
                  cpu_precision_reasons: Optional[Dict[str, str]] = None, variant_of: Optional[str] = None,
-                 control_precisions: Tuple[str, ...] = ()):
+                 control_precisions: Tuple[str, ...] = (),
+                 cpu_precision_flags: Optional[Dict[str, Tuple[Tuple[str, ...], str]]] = None):
         self.name = name
         self.variant_of = variant_of            # the row of record this target is a faster variant of
         self.label = label
@@ -83,6 +86,7 @@ class Target:
         self.unsupported_gpu_precisions = unsupported_gpu_precisions or {}  # precision -> why it has no GPU path
         self.cpu_precisions = cpu_precisions                                 # precisions that run on a CPU
         self.cpu_precision_reasons = cpu_precision_reasons or {}            # precision -> why not on a CPU
+        self.cpu_precision_flags = cpu_precision_flags or {}    # precision -> (CPU flags it needs, what fails without)
         self.control_precisions = control_precisions  # a reference mode (fp64), on any device; never a benchmark row
 
     @property
@@ -90,10 +94,17 @@ class Target:
         """The framework's row of record: this target, or the one it is a variant of."""
         return self.variant_of or self.name
 
-    def cpu_precision_reason(self, precision: str) -> Optional[str]:
-        """Why ``precision`` does not run on a CPU for this target, or None when it does."""
-        if precision in self.cpu_precisions or precision in self.control_precisions:
+    def cpu_precision_reason(self, precision: str, flags: Optional[set] = None) -> Optional[str]:
+        """Why ``precision`` does not run on a CPU for this target, or None when it does; ``flags``: the
+        CPU's features (default: this machine's, common/envinfo.py cpu_flags)."""
+        if precision in self.control_precisions:
             return None
+        if precision in self.cpu_precisions:
+            if precision not in self.cpu_precision_flags:
+                return None
+            needed, without = self.cpu_precision_flags[precision]
+            missing = [f for f in needed if f not in (cpu_flags() if flags is None else flags)]
+            return "precision %s: %s; this CPU lacks %s" % (precision, without, ", ".join(missing)) if missing else None
         if precision == "tf32":
             return "precision tf32 needs an NVIDIA GPU (Ampere or newer): TF32 is a format of its tensor cores, a CPU has none"
         return "precision %s: %s" % (precision, self.cpu_precision_reasons.get(
@@ -229,6 +240,9 @@ ENVS = OrderedDict((e.name, e) for e in [
         python_why="jax 0.10.2, flax 0.12.8, numpy 2.4.6 and keras 3.15.1 need >= 3.11"),
 ])
 
+#: oneDNN's avx512_core ISA as /proc/cpuinfo flags: AVX-512 F, BW (byte/word), VL (vector length), DQ
+AVX512_CORE = ("avx512f", "avx512bw", "avx512vl", "avx512dq")
+
 TARGETS = OrderedDict((t.name, t) for t in [
     # fp64: the float64 control of issue #12 (common/spec.py CONTROL_PRECISION), the PyTorch notebook only
     Target("pytorch", "PyTorch (torch.nn)", "PyTorch_DS2.ipynb", "pytorch", control_precisions=(CONTROL_PRECISION,)),
@@ -237,7 +251,11 @@ TARGETS = OrderedDict((t.name, t) for t in [
     # the RNN and CTC stay fp32 (the notebook says why)
     Target("mxnet", "MXNet (Gluon)", "MXNet_DS2.ipynb", "mxnet",
            unsupported_gpu_precisions={"bf16": "MXNet 1.9 has no bfloat16 GPU path (mx.contrib.amp casts to "
-                                               "bfloat16 on the CPU only, to float16 on a GPU)"}),
+                                               "bfloat16 on the CPU only, to float16 on a GPU)"},
+           # measured on an AVX2-only AMD EPYC: bfloat16 Convolution and FullyConnected both raise
+           cpu_precision_flags={"bf16": (AVX512_CORE, "MXNet 1.9's oneDNN has bfloat16 Convolution and "
+                                         "FullyConnected only on CPUs with AVX-512 (avx512_core), elsewhere they "
+                                         "raise 'could not create a primitive descriptor iterator'")}),
     Target("cntk", "CNTK (cntk.layers)", "CNTK_DS2.ipynb", "cntk",
            unsupported_gpu_precisions=CNTK_UNSUPPORTED_PRECISIONS, cpu_precisions=("fp32",),
            cpu_precision_reasons={"bf16": CNTK_UNSUPPORTED_PRECISIONS["bf16"]}),
@@ -269,7 +287,8 @@ def _variant(name: str, of: str, label: str, variant: str) -> Target:
     base = TARGETS[of]
     return Target(name, label, base.notebook, base.env, parameters=dict(base.parameters, variant=variant),
                   unsupported_gpu_precisions=base.unsupported_gpu_precisions, cpu_precisions=base.cpu_precisions,
-                  cpu_precision_reasons=base.cpu_precision_reasons, variant_of=of)
+                  cpu_precision_reasons=base.cpu_precision_reasons, variant_of=of,
+                  cpu_precision_flags=base.cpu_precision_flags)
 
 
 VARIANTS = OrderedDict((name, _variant(name, of, label, v)) for name, of, label, v in _VARIANTS)

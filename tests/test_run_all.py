@@ -301,9 +301,16 @@ def test_bf16_on_a_cpu_is_not_skipped(tmp_path, monkeypatch):
 
 
 def test_which_precisions_run_on_a_cpu():
-    from runner.targets import TARGETS
-    bf16_on_cpu = {name for name, t in TARGETS.items() if t.cpu_precision_reason("bf16") is None}
+    from runner.targets import ALL_TARGETS, TARGETS
+    avx512 = {"avx2", "avx512f", "avx512bw", "avx512vl", "avx512dq"}
+    bf16_on_cpu = {name for name, t in TARGETS.items() if t.cpu_precision_reason("bf16", avx512) is None}
     assert bf16_on_cpu == {"pytorch", "tensorflow", "mxnet", "jax", "keras-jax", "keras-torch", "keras-tensorflow"}
+    # MXNet's oneDNN has no bfloat16 convolution without AVX-512: skipped with the reason, the others run
+    avx2 = {name: t.cpu_precision_reason("bf16", {"avx2", "fma"}) for name, t in ALL_TARGETS.items()}
+    assert {name for name, why in avx2.items() if why is None} == bf16_on_cpu - {"mxnet"} | {
+        "pytorch+compile", "tensorflow+xla", "jax+unroll", "keras-tensorflow+xla"}
+    for name in ("mxnet", "mxnet+static"):
+        assert "avx512_core" in avx2[name] and avx2[name].endswith("this CPU lacks avx512f, avx512bw, avx512vl, avx512dq")
     assert all(t.cpu_precision_reason("fp32") is None for t in TARGETS.values())
     assert all("a CPU has none" in t.cpu_precision_reason("tf32") for t in TARGETS.values())
 
