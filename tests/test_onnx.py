@@ -202,6 +202,31 @@ def test_cli_passes_the_export_and_fails_a_perturbed_weight(smoke, target, tmp_p
     assert proc.returncode == 1 and "MISMATCH" in proc.stdout, (name, proc.stdout, proc.stderr)
 
 
+# ---- the committed full-width records (results/experiments/onnx_cpu_amd, the `cpu` preset) --------------
+FULL_WIDTH_DIR = os.path.join(ROOT, "results", "experiments", "onnx_cpu_amd")
+FULL_WIDTH = sorted(results.read_records(os.path.join(FULL_WIDTH_DIR, "records")), key=lambda r: r["target"]) \
+    if os.path.isdir(os.path.join(FULL_WIDTH_DIR, "records")) else []
+
+
+def test_full_width_records_hold_the_onnx_check():
+    """The full model (92 M parameters) through each exporter: the records a `--preset cpu` run committed."""
+    assert FULL_WIDTH, "no committed full-width ONNX records under %s" % FULL_WIDTH_DIR
+    config = get_preset("cpu").config
+    for rec in FULL_WIDTH:
+        name = rec["target"]
+        assert rec["status"] == "ok" and rec["preset"] == "cpu", (name, rec["status"], rec["error"])
+        assert rec["config"]["rnn_hidden"] == config.rnn_hidden and rec["config"]["rnn_layers"] == config.rnn_layers
+        o = rec["onnx"]
+        if EXPECTED.get(name, "ok") != "ok":
+            assert o["status"] == "failed" and EXPECTED[name] in o["reason"], (name, o)
+            continue
+        assert o["status"] == "ok", (name, o.get("reason"))
+        assert o["batch"] == {"batch_size": 3, "seconds": 3, "frames": 300, "seed": 1}
+        assert o["bytes"] > 4 * 90e6, (name, o["bytes"])       # the full model's float32 weights are in the file
+        for key in ("vs_framework", "vs_reference"):
+            assert 0 <= o[key]["max_rel"] <= onnx_check.ONNX_RTOL, (name, key, o[key])
+
+
 # ---- results.md -----------------------------------------------------------------------------------------
 def test_onnx_table_rows():
     from tests.test_report import LOSSES, fixture_record
