@@ -206,14 +206,21 @@ def test_cli_passes_the_export_and_fails_a_perturbed_weight(smoke, target, tmp_p
 FULL_WIDTH_DIR = os.path.join(ROOT, "results", "experiments", "onnx_cpu_amd")
 FULL_WIDTH = sorted(results.read_records(os.path.join(FULL_WIDTH_DIR, "records")), key=lambda r: r["target"]) \
     if os.path.isdir(os.path.join(FULL_WIDTH_DIR, "records")) else []
+# rows whose full-width run did not finish, with the reason their record keeps (issue #22 stays open for them):
+# keras-tensorflow's kernel was killed for memory in Keras's model.export -> tf2onnx, twice, on a 24 GB machine
+FULL_WIDTH_NOT_RUN = {"keras-tensorflow": "the kernel died (killed for memory?"}
 
 
 def test_full_width_records_hold_the_onnx_check():
     """The full model (92 M parameters) through each exporter: the records a `--preset cpu` run committed."""
     assert FULL_WIDTH, "no committed full-width ONNX records under %s" % FULL_WIDTH_DIR
     config = get_preset("cpu").config
+    assert {r["target"] for r in FULL_WIDTH} == set(EXPECTED) - {t for t in EXPECTED if "+" in t}   # all 8 rows
     for rec in FULL_WIDTH:
         name = rec["target"]
+        if name in FULL_WIDTH_NOT_RUN:
+            assert rec["status"] == "failed" and rec["error"].startswith(FULL_WIDTH_NOT_RUN[name]), (name, rec["error"])
+            continue
         assert rec["status"] == "ok" and rec["preset"] == "cpu", (name, rec["status"], rec["error"])
         assert rec["config"]["rnn_hidden"] == config.rnn_hidden and rec["config"]["rnn_layers"] == config.rnn_layers
         o = rec["onnx"]
