@@ -213,9 +213,6 @@ def test_cli_passes_the_export_and_fails_a_perturbed_weight(smoke, target, tmp_p
 
 # ---- the committed full-width records (results/experiments/onnx_cpu_amd, the `cpu` preset) --------------
 FULL_WIDTH_RECORDS = os.path.join(ROOT, "results", "experiments", "onnx_cpu_amd", "records")
-# rows whose full-width run did not finish, with the reason their record keeps (issue #22 stays open for them):
-# keras-tensorflow's kernel was killed for memory in Keras's model.export -> tf2onnx, twice, on a 24 GB machine
-FULL_WIDTH_NOT_RUN = {"keras-tensorflow": "the kernel died (killed for memory?"}
 
 
 def test_full_width_records_hold_the_onnx_check():
@@ -226,9 +223,6 @@ def test_full_width_records_hold_the_onnx_check():
     assert sorted(r["target"] for r in full_width) == sorted(TARGETS)       # one record per row of record
     for rec in full_width:
         name = rec["target"]
-        if name in FULL_WIDTH_NOT_RUN:
-            assert rec["status"] == "failed" and rec["error"].startswith(FULL_WIDTH_NOT_RUN[name]), (name, rec["error"])
-            continue
         assert rec["status"] == "ok" and rec["preset"] == "cpu", (name, rec["status"], rec["error"])
         assert rec["config"]["rnn_hidden"] == config.rnn_hidden and rec["config"]["rnn_layers"] == config.rnn_layers
         if assert_onnx_verdict(name, rec["onnx"]):      # the full model's float32 weights are in the file
