@@ -145,6 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "this preset, precision and batch size) into every selected framework: only the notebooks' "
                         "cells up to the correctness check plus the export cell run, no training; records in "
                         "results/migration/, the matrix in results.md (runner/migrate.py)")
+    p.add_argument("--migrate-to", type=comma_list(list(ALL_TARGETS), "framework"), default=None, metavar="T[,T...]",
+                   help="with --migrate: load the --frameworks exports into these frameworks only (default: into every "
+                        "one of --frameworks), e.g. --frameworks mxnet,cntk --migrate-to pytorch,jax")
     p.add_argument("--no-progress", action="store_true", help="no papermill progress bars")
     return p
 
@@ -263,7 +266,8 @@ def main(argv=None) -> int:
 def _main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     targets = select_targets(args.frameworks, args.variants)
-    env_names = list(ENVS) if args.list else sorted(set(t.env for t in targets), key=list(ENVS).index)
+    destinations = select_targets(args.migrate_to) if args.migrate_to else targets
+    env_names = list(ENVS) if args.list else sorted(set(t.env for t in targets + destinations), key=list(ENVS).index)
     # every path and interpreter is checked before anything is built
     results_dir, output = output_paths(args)
     errors = [] if args.list else path_errors(results_dir, output)
@@ -290,6 +294,8 @@ def _main(argv=None) -> int:
             errors.append("--migrate trains nothing, so there is no step to --profile")
         if args.migrate and args.init_weights:
             errors.append("--migrate loads each source's export itself; drop --init-weights")
+        if args.migrate_to and not args.migrate:
+            errors.append("--migrate-to names the destinations of --migrate; add --migrate")
         errors = [e for e in errors if e]
     if errors:
         return error(errors[0])
@@ -353,8 +359,8 @@ def _main(argv=None) -> int:
 
     command = "python run_all.py" + "".join(" " + shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
     if args.migrate:
-        return _migrate(args, targets, presets, device, results_dir, output, pythons, command, gpus, discovered,
-                        gpu_builds)
+        return _migrate(args, targets, destinations, presets, device, results_dir, output, pythons, command, gpus,
+                        discovered, gpu_builds)
     runs = [(t, prec, p) for t in targets for prec in args.precision for p in presets]
     print("Running %d notebook(s) on %s, preset %s (batch size %s, scale %d)%s, results in %s"
           % (len(runs), device, preset.name, ",".join(str(p.batch_size) for p in presets), preset.scale,
@@ -390,12 +396,14 @@ def _main(argv=None) -> int:
     return 0 if "failed" not in statuses else 1
 
 
-def _migrate(args, targets, presets, device, results_dir, output, pythons, command, gpus, discovered, gpu_builds) -> int:
-    """``--migrate``: the matrix of every selected source's export loaded into every selected destination,
-    per precision and batch size (runner/migrate.py); then results.md."""
+def _migrate(args, targets, destinations, presets, device, results_dir, output, pythons, command, gpus, discovered,
+             gpu_builds) -> int:
+    """``--migrate``: the matrix of every selected source's export loaded into every destination (``--migrate-to``,
+    else the sources), per precision and batch size (runner/migrate.py); then results.md."""
     from . import migrate
-    print("Migrating %d framework(s) into each other on %s, preset %s (batch size %s), from the exports in %s"
-          % (len(targets), device, presets[0].name, ",".join(str(p.batch_size) for p in presets),
+    print("Migrating %d framework(s) into %s on %s, preset %s (batch size %s), from the exports in %s"
+          % (len(targets), "each other" if destinations == targets else ", ".join(t.name for t in destinations),
+             device, presets[0].name, ",".join(str(p.batch_size) for p in presets),
              shown(os.path.join(results_dir, "weights"))), flush=True)
     statuses = []
     stopped = None
@@ -405,7 +413,7 @@ def _migrate(args, targets, presets, device, results_dir, output, pythons, comma
                                       pythons=pythons, command=command, gpu=gpus[0] if gpus else None,
                                       progress=not args.no_progress, found=discovered, gpu_builds=gpu_builds)
             try:
-                statuses += [r["status"] for r in migrate.run_matrix(targets, opts)]
+                statuses += [r["status"] for r in migrate.run_matrix(targets, opts, destinations=destinations)]
             except interrupt.Interrupted as e:
                 stopped = (e, "the migration matrix (%s, batch %d)" % (precision, run_preset.batch_size))
                 break

@@ -394,14 +394,15 @@ def _evaluate(rec, src, source, destination, opts, paths, finish) -> dict:
 
 # ---- the matrix ----------------------------------------------------------------------------------------
 def run_matrix(targets: List[Target], opts: "execute.RunOptions", announce=print,
-               kernel_for: Callable = kernel_for) -> List[dict]:
-    """Every source x destination of ``targets`` (destination by destination: each destination's
-    environment is prepared once).  Returns the records; an interruption writes the current pair's record
-    and goes on to the caller."""
+               kernel_for: Callable = kernel_for, destinations: Optional[List[Target]] = None) -> List[dict]:
+    """Every source of ``targets`` x every destination of ``destinations`` (default: ``targets``), destination
+    by destination: each destination's environment is prepared once.  Returns the records; an interruption
+    writes the current pair's record and goes on to the caller."""
     out = []
-    n = len(targets) ** 2
+    destinations = targets if destinations is None else destinations
+    n = len(targets) * len(destinations)
     i = 0
-    for destination in targets:
+    for destination in destinations:
         kernel, problem = None, None
         for source in targets:
             i += 1

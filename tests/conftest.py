@@ -1,9 +1,15 @@
-"""Shared fixtures.  The notebook tests run ``run_all.py --preset smoke`` once per session, for
-every target (or the comma-separated ones in ``DS2_TEST_FRAMEWORKS``), into a temporary results
-directory, and then assert on the records it wrote."""
+"""Shared fixtures and the two tiers.  The notebook tests run ``run_all.py --preset smoke`` once per session, for
+every row of record (or the comma-separated ones in ``DS2_TEST_FRAMEWORKS``), into a temporary results
+directory, and then assert on the records it wrote.
+
+Two tiers: ``python -m tests`` runs every test not marked ``full``; ``python -m tests --full`` adds the heavy
+ones (the variant rows, bf16, data-parallel equivalence on every engine, every pair of the migration matrix).
+Without ``--full`` the ``full`` tests are deselected and the summary says how many.  Every test of the default
+tier is held to ``TEST_LIMIT_S`` (tests/test_tier.py, which runs last)."""
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -11,6 +17,106 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from common import results  # noqa: E402
+
+#: a test of the default tier may take at most this long (its own setup, call and teardown; the shared
+#: session and module fixtures it is the first to use are reported apart: they serve many tests)
+TEST_LIMIT_S = 300.0
+FULL_HINT = "python -m tests --full"
+
+
+# ---- the tiers -----------------------------------------------------------------------------------------------
+def pytest_addoption(parser):
+    parser.addoption("--full", action="store_true", default=False,
+                     help="also run the tests marked full (heavy: variants, bf16, every data-parallel engine, "
+                          "the whole migration matrix)")
+
+
+def full_tier(config=None) -> bool:
+    """Whether this session runs the ``full`` tests too (``--full``)."""
+    config = config or _CONFIG.get("config")
+    return bool(config and config.getoption("--full"))
+
+
+_CONFIG = {}
+
+
+def pytest_configure(config):
+    _CONFIG["config"] = config
+    config.pluginmanager.register(DURATIONS, "ds2-durations")
+
+
+def pytest_collection_modifyitems(config, items):
+    if not full_tier(config):
+        heavy = [item for item in items if item.get_closest_marker("full")]
+        if heavy:
+            config.hook.pytest_deselected(items=heavy)
+            items[:] = [item for item in items if not item.get_closest_marker("full")]
+            DURATIONS.deselected = len(heavy)
+    last = [item for item in items if item.get_closest_marker("last")]
+    items[:] = [item for item in items if not item.get_closest_marker("last")] + last
+
+
+def pytest_terminal_summary(terminalreporter):
+    if DURATIONS.deselected:
+        terminalreporter.write_line("%d heavy tests (marked full) were not run: `%s` runs them"
+                                    % (DURATIONS.deselected, FULL_HINT))
+    shared = sorted(DURATIONS.shared.items(), key=lambda kv: -kv[1])
+    if shared:
+        terminalreporter.write_line("shared fixtures (set up once, used by many tests): " + ", ".join(
+            "%s %.0f s" % (name, s) for name, s in shared if s >= 1) or "none over 1 s")
+
+
+def full_targets(names):
+    """``names`` as pytest parameters, a variant target marked ``full``: its rows run in the full tier only."""
+    from runner.targets import VARIANTS
+    return [pytest.param(n, marks=pytest.mark.full) if n in VARIANTS else n for n in names]
+
+
+class Durations:
+    """Each test's own seconds (setup + call + teardown, less the set-up of session, package and module fixtures
+    it was the first to use; those are counted in ``shared``, by fixture)."""
+
+    def __init__(self):
+        self.tests, self.shared, self.full, self.deselected = {}, {}, set(), 0
+        self._shared_in_setup, self._nested = 0.0, []
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_fixture_setup(self, fixturedef, request):
+        if fixturedef.scope not in ("session", "package", "module"):
+            yield
+            return
+        self._nested.append(0.0)          # the set-up time of the shared fixtures this one uses
+        t0 = time.monotonic()
+        yield
+        took = time.monotonic() - t0
+        inner = self._nested.pop()
+        if self._nested:
+            self._nested[-1] += took
+        else:                             # outermost: the test's setup phase includes it
+            self._shared_in_setup += took
+        key = fixturedef.argname if fixturedef.scope == "session" else "%s (%s)" % (
+            fixturedef.argname, os.path.basename(str(request.node.fspath)))
+        self.shared[key] = self.shared.get(key, 0.0) + took - inner
+
+    def pytest_runtest_setup(self, item):
+        self._shared_in_setup = 0.0
+        if item.get_closest_marker("full"):
+            self.full.add(item.nodeid)
+
+    def pytest_runtest_logreport(self, report):
+        took = report.duration
+        if report.when == "setup":
+            took = max(0.0, took - self._shared_in_setup)
+        self.tests[report.nodeid] = self.tests.get(report.nodeid, 0.0) + took
+
+    def over_limit(self, limit=None):
+        """[(nodeid, seconds)] of the tests not marked ``full`` that took longer than ``limit``."""
+        limit = TEST_LIMIT_S if limit is None else limit
+        return sorted(((n, s) for n, s in self.tests.items() if s > limit and n not in self.full),
+                      key=lambda kv: -kv[1])
+
+
+DURATIONS = Durations()
 
 
 class RunAll:
@@ -104,10 +210,13 @@ def smoke_run(tmp_path_factory, name, targets, *options):
 
 @pytest.fixture(scope="session")
 def smoke(tmp_path_factory):
-    """Every selected row of record and variant, fp32, smoke preset, on the CPU: one run_all.py, with
-    ``--profile`` (every notebook's section 12, which comes after the export: the profiled steps change
-    neither the export nor the record's losses that the data-parallel and export tests compare against)."""
-    return smoke_run(tmp_path_factory, "smoke", selected_targets(), "--profile")
+    """Every selected row of record (and, with ``--full``, every variant), fp32, smoke preset, on the CPU: one
+    run_all.py, with ``--profile`` (every notebook's section 12, which comes after the export: the profiled steps
+    change neither the export nor the record's losses that the data-parallel and export tests compare against).
+    The variants' tests are marked ``full``, so the default tier runs the rows of record only."""
+    from runner.targets import TARGETS
+    names = [n for n in selected_targets() if full_tier() or n in TARGETS]
+    return smoke_run(tmp_path_factory, "smoke", names, "--profile")
 
 
 @pytest.fixture(scope="session")

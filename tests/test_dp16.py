@@ -19,6 +19,7 @@ DP_TARGETS = [t for t in ("cntk", "mxnet") if t in selected_targets()]
 EXPECTED = {"cntk": ("mpiexec", "MPI"), "mxnet": ("single", "kvstore")}
 
 
+@pytest.mark.full
 @pytest.mark.parametrize("target", DP_TARGETS)
 def test_two_workers_equal_one_worker_with_the_global_batch(tmp_path, target, smoke):
     if target == "cntk" and not distributed._which("mpiexec"):
@@ -52,6 +53,7 @@ def _mode_record(run, mode):
     return recs[0]
 
 
+@pytest.mark.full
 @pytest.mark.skipif("mxnet" not in selected_targets(), reason="the mxnet target is not selected")
 def test_mxnet_dist_sync_equals_one_process_with_each_workers_own_batchnorm_statistics(tmp_path):
     """``--mxnet-dp dist_sync`` (2 worker processes, a ps-lite scheduler and server, kvstore 'dist_sync', each worker

@@ -138,6 +138,29 @@ def matrix(tmp_path, python_kernel):
     return opts, (a, b), {(r["source"], r["destination"]): r for r in recs}
 
 
+def test_a_matrix_into_named_destinations_runs_those_pairs_only(tmp_path):
+    a, b, c = fake("fake-a", "a"), fake("pytorch", "b"), fake("fake-c", "a")
+    kernels, pairs = [], []
+    import runner.migrate as m
+
+    def kernel_for(target, opts, announce):
+        kernels.append(target.name)
+        return "k", None
+
+    def run_pair(source, destination, opts, kernel, problem, announce=print):
+        pairs.append((source.name, destination.name))
+        return {"status": "ok"}
+    orig = m.run_pair
+    m.run_pair = run_pair
+    try:
+        out = migrate.run_matrix([a, c], options(tmp_path), announce=lambda *x: None, kernel_for=kernel_for,
+                                 destinations=[b])
+    finally:
+        m.run_pair = orig
+    assert pairs == [("fake-a", "pytorch"), ("fake-c", "pytorch")] and len(out) == 2
+    assert kernels == ["pytorch"]                 # each destination's environment is prepared once
+
+
 def test_a_matrix_of_two_fake_frameworks(matrix):
     opts, (a, b), recs = matrix
     assert len(recs) == 4 and all(r["status"] == "ok" for r in recs.values()), [r["error"] for r in recs.values()]
@@ -250,6 +273,7 @@ def test_a_broken_source_file_stops_the_destination_at_section_5_with_one_line(t
     (["--migrate", "--workers", "2"], "--migrate runs each destination notebook in one process"),
     (["--migrate", "--profile"], "--migrate trains nothing"),
     (["--migrate", "--precision", "fp64", "--frameworks", "pytorch"], "the control does not migrate"),
+    (["--migrate-to", "pytorch"], "--migrate-to names the destinations of --migrate; add --migrate"),
 ])
 def test_run_all_refuses_before_anything_runs(argv, message, tmp_path, capsys, monkeypatch):
     def nothing(*a, **k):
@@ -271,17 +295,24 @@ def test_fp64_is_accepted_for_pytorch_only():
 def test_run_all_migrate_runs_the_matrix_and_writes_the_page(tmp_path, monkeypatch, capsys):
     seen = []
 
-    def run_matrix(targets, opts, announce=print):
-        seen.append(([t.name for t in targets], opts.precision, opts.preset.name, opts.preset.batch_size))
-        return [{"status": "ok"}] * len(targets) ** 2
+    def run_matrix(targets, opts, announce=print, destinations=None):
+        seen.append(([t.name for t in targets], [t.name for t in destinations], opts.precision, opts.preset.name,
+                     opts.preset.batch_size))
+        return [{"status": "ok"}] * (len(targets) * len(destinations))
     monkeypatch.setattr(migrate, "run_matrix", run_matrix)
     monkeypatch.setattr(cli.envinfo, "gpus", lambda: [])
     out = tmp_path / "page.md"
     status = cli.main(["--migrate", "--frameworks", "tensorflow,pytorch", "--results-dir", str(tmp_path / "r"),
                        "--output", str(out)])
     assert status == 0 and out.exists()
-    assert seen == [(["tensorflow", "pytorch"], "fp32", "smoke", 8)]
+    assert seen == [(["tensorflow", "pytorch"], ["tensorflow", "pytorch"], "fp32", "smoke", 8)]
     assert "4 migrations ok" in capsys.readouterr().out
+    # --migrate-to: the sources' exports into those destinations only
+    status = cli.main(["--migrate", "--frameworks", "mxnet,cntk,tensorflow", "--migrate-to", "pytorch,jax",
+                       "--results-dir", str(tmp_path / "r"), "--output", str(out)])
+    assert status == 0
+    assert seen[-1] == (["mxnet", "cntk", "tensorflow"], ["pytorch", "jax"], "fp32", "smoke", 8)
+    assert "into pytorch, jax" in capsys.readouterr().out
 
 
 # ---- the float64 control in the report -----------------------------------------------------------------

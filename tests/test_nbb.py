@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from common.spec import get_preset
-from tests.conftest import selected_targets
+from tests.conftest import full_targets, selected_targets
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMOKE = get_preset("smoke")
@@ -51,8 +51,8 @@ def ok(smoke, target):
     return rec
 
 
-@pytest.mark.parametrize("target", [t for t in NAMES if t in ("jax", "keras-jax", "keras-torch", "keras-tensorflow")
-                                    or t in VARIANTS])
+@pytest.mark.parametrize("target", full_targets([t for t in NAMES if t in ("jax", "keras-jax", "keras-torch",
+                                                                          "keras-tensorflow") or t in VARIANTS]))
 def test_record_has_the_peak_and_the_variant(smoke, target):
     rec = ok(smoke, target)
     flops = rec["flops"]
@@ -76,6 +76,7 @@ def test_record_has_the_peak_and_the_variant(smoke, target):
         assert unroll > 1 if target == "jax+unroll" else unroll == 1, unroll
 
 
+@pytest.mark.full
 @pytest.mark.parametrize("target", [t for t in NAMES if t in VARIANTS and VARIANTS[t][0] in NAMES])
 def test_variant_trains_like_its_row_of_record(smoke, target):
     """The variant changes how the step runs, not what it computes: its first losses are the row's."""

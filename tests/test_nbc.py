@@ -94,6 +94,7 @@ def first_steps(rec, k=10):
     return np.array(rec["losses"]["warmup"] + rec["losses"]["train"], dtype=np.float64)[:k]
 
 
+@pytest.mark.full
 @needs_mxnet
 def test_mxnet_static_variant_trains_like_the_row_of_record(mxnet_runs):
     fp32, _ = mxnet_runs
@@ -115,6 +116,7 @@ def test_mxnet_static_variant_trains_like_the_row_of_record(mxnet_runs):
 MXNET_BF16_ON_THIS_CPU = targets.TARGETS["mxnet"].cpu_precision_reason("bf16")
 
 
+@pytest.mark.full
 @needs_mxnet
 @pytest.mark.skipif(MXNET_BF16_ON_THIS_CPU is not None, reason=str(MXNET_BF16_ON_THIS_CPU))
 def test_mxnet_bf16_runs_on_a_cpu(mxnet_runs):

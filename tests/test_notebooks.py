@@ -14,7 +14,7 @@ from common.weights import canonical_weights
 from common.flops import pass_flops
 from common.spec import LOSS_RTOL
 from runner.targets import TARGETS, VARIANTS
-from tests.conftest import bf16_cpu_targets, selected_targets
+from tests.conftest import bf16_cpu_targets, full_targets, selected_targets
 
 SMOKE = get_preset("smoke")
 K_STEPS = 10          # losses compared across frameworks: the first K training steps
@@ -115,7 +115,7 @@ def test_jax_compiles_each_shape_once_in_the_warmup(smoke, iterator):
 
 
 # ---- the FLOP accounting and the measured peak (issue #11) ---------------------------------------------
-@pytest.mark.parametrize("target", NAMES + VARIANT_NAMES)
+@pytest.mark.parametrize("target", full_targets(NAMES + VARIANT_NAMES))
 def test_record_has_flops_and_a_measured_peak(smoke, target, iterator):
     rec = ok_record(smoke, target)
     f = rec["flops"]
@@ -141,7 +141,7 @@ WHOLE_STEP = {"tensorflow+xla", "keras-tensorflow+xla"}
 PARTS = {"cntk": {"convolution", "fc"}, "pytorch+compile": {"convolution", "ctc"}}
 
 
-@pytest.mark.parametrize("target", NAMES + VARIANT_NAMES)
+@pytest.mark.parametrize("target", full_targets(NAMES + VARIANT_NAMES))
 def test_profile_puts_the_step_in_the_models_parts(smoke, target):
     """The smoke run (with --profile) profiles one step of the 8-s batch in every notebook: the framework's profiler
     output, reduced by the notebook's rules, must find the model's parts, not leave the step in 'other'."""
@@ -161,7 +161,7 @@ def test_profile_puts_the_step_in_the_models_parts(smoke, target):
 
 
 # ---- each framework's fastest variant: its own row, the same checks (issue #11) ---------------------------
-@pytest.mark.parametrize("target", VARIANT_NAMES)
+@pytest.mark.parametrize("target", full_targets(VARIANT_NAMES))
 def test_variant_passes_the_checks_and_trains_like_its_row_of_record(smoke, target):
     variant = VARIANTS[target]
     rec, row = ok_record(smoke, target), ok_record(smoke, variant.variant_of)
@@ -175,6 +175,7 @@ def test_variant_passes_the_checks_and_trains_like_its_row_of_record(smoke, targ
 
 
 # ---- bf16 on a CPU: the mixed-precision code of every notebook runs in CI (issue #14) -----------------------
+@pytest.mark.full          # its own smoke run of every bf16 row
 @pytest.mark.parametrize("target", bf16_cpu_targets())
 def test_bf16_runs_on_a_cpu_and_passes_its_first_loss_check(smoke_bf16, target, first_reference_loss):
     rec = ok_record(smoke_bf16, target, "bf16")

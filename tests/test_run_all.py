@@ -44,6 +44,7 @@ def fake_python(path, version, shared=True):
     (["--seed", "-1"], "must be a non-negative integer"),
     (["--python", "nosuchenv=/usr/bin/python3"], "expected ENV=PATH"),
     (["--device", "tpu"], "invalid choice: 'tpu'"),
+    (["--migrate", "--migrate-to", "theano"], "argument --migrate-to: unknown framework 'theano'"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, message):
     one_error_line(cli(*args), message)

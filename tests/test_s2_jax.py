@@ -33,6 +33,7 @@ def export_ok(rec):
     return ex
 
 
+@pytest.mark.full
 @pytest.mark.skipif(TARGET not in selected_targets(), reason="DS2_TEST_FRAMEWORKS does not select jax")
 def test_two_jax_processes_equal_one_process_with_the_global_batch(tmp_path, smoke):
     assert "workers" in distributed.notebook_parameter_names(ALL_TARGETS[TARGET].notebook_path)

@@ -46,6 +46,7 @@ def single(tmp_path_factory, smoke):
     return one, rec
 
 
+@pytest.mark.full
 @needs_keras_jax
 def test_keras_jax_two_workers_equal_one_worker_with_the_global_batch(single):
     assert "workers" in distributed.notebook_parameter_names(ALL_TARGETS["keras-jax"].notebook_path)

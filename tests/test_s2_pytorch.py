@@ -93,6 +93,7 @@ def test_pytorch_two_workers_equal_one_worker_with_the_global_batch(tmp_path, sm
     assert eq["param_rel_diff"] is not None and eq["param_rel_diff"] <= parallel.PARAM_RTOL, eq
 
 
+@pytest.mark.full
 def test_pytorch_fp64_control_two_workers_equal_one_worker_to_rounding(tmp_path, smoke_fp64):
     single, rec, _ = two_runs(tmp_path, "fp64", smoke_fp64)
     assert single["checks"]["loss"]["rtol"] == 1e-9 and single["checks"]["loss"]["rel_diff"] <= 1e-9

@@ -38,6 +38,7 @@ def _export_ok(record, results_dir):
     return state
 
 
+@pytest.mark.full
 def test_two_workers_equal_one_worker_with_the_global_batch(tmp_path, smoke):
     assert "workers" in distributed.notebook_parameter_names(ALL_TARGETS["tensorflow"].notebook_path)
     one = RunAll.reuse(smoke, "tensorflow", tmp_path)      # the session's 1 x 8 run is the reference

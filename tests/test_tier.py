@@ -1,0 +1,57 @@
+"""The default tier's time budget: no single test outside the ``full`` tier takes longer than
+``TEST_LIMIT_S`` (5 minutes).  ``test_no_default_test_is_over_the_limit`` runs after every other test
+(marked ``last``) and reads what tests/conftest.py timed in this session: each test's own setup, call and
+teardown, less the shared session and module fixtures it happened to set up first (those serve many tests
+and are listed apart in the summary).  A slow test belongs in ``python -m tests --full`` (mark it
+``full``), or should share a run with others (a session fixture)."""
+import pytest
+
+from tests import conftest
+from tests.conftest import Durations, TEST_LIMIT_S
+
+
+class _Report:
+    def __init__(self, nodeid, when, duration):
+        self.nodeid, self.when, self.duration = nodeid, when, duration
+
+
+class _Item:
+    def __init__(self, nodeid, full=False):
+        self.nodeid, self._full = nodeid, full
+
+    def get_closest_marker(self, name):
+        return object() if name == "full" and self._full else None
+
+
+def budget_message(over):
+    return "; ".join("%s took %.0f s (limit %.0f s: mark it full or share its run)" % (n, s, TEST_LIMIT_S)
+                     for n, s in over)
+
+
+def test_the_limit_finds_a_slow_default_test_and_names_it():
+    d = Durations()
+    for nodeid, full, phases in [("tests/test_a.py::test_quick", False, (0.1, 2.0, 0.1)),
+                                 ("tests/test_b.py::test_slow[x]", False, (1.0, 299.5, 0.5)),
+                                 ("tests/test_c.py::test_heavy", True, (0.0, 900.0, 0.0))]:
+        d.pytest_runtest_setup(_Item(nodeid, full))
+        for when, s in zip(("setup", "call", "teardown"), phases):
+            d.pytest_runtest_logreport(_Report(nodeid, when, s))
+    assert d.over_limit() == [("tests/test_b.py::test_slow[x]", 301.0)]   # the full test is not held to it
+    assert "tests/test_b.py::test_slow[x] took 301 s" in budget_message(d.over_limit())
+    assert d.over_limit(limit=1000) == []
+
+
+def test_shared_fixture_setup_is_not_charged_to_the_test_that_came_first():
+    d = Durations()
+    d.pytest_runtest_setup(_Item("tests/test_a.py::test_first"))
+    d._shared_in_setup = 400.0        # what pytest_fixture_setup measured for a session fixture in this setup
+    d.pytest_runtest_logreport(_Report("tests/test_a.py::test_first", "setup", 401.0))
+    d.pytest_runtest_logreport(_Report("tests/test_a.py::test_first", "call", 2.0))
+    assert d.tests["tests/test_a.py::test_first"] == pytest.approx(3.0)
+    assert d.over_limit() == []
+
+
+@pytest.mark.last
+def test_no_default_test_is_over_the_limit():
+    over = conftest.DURATIONS.over_limit()
+    assert not over, budget_message(over)
