@@ -21,9 +21,18 @@ ok / failed with a one-line reason).  The runner starts each launcher process in
 (its own process group) and polls: when any process exits non-zero, or the run passes its timeout,
 or the runner itself is interrupted (Ctrl-C), it sends SIGTERM to every process group of the run and
 to every process that carries the run's marker variable ``DS2_DP_RUN`` (torchrun starts its workers
-in sessions of their own, so a process-group kill alone would miss them), waits a grace period, then
-SIGKILLs what is left.  Each worker also gets ``PR_SET_PDEATHSIG`` = SIGTERM, so a runner killed
-outright (SIGKILL) still takes its direct children with it.  The failed row's reason names the rank
+in sessions of their own, so a process-group kill alone would miss them), waits :data:`GRACE_S` (5 s),
+then SIGKILLs what is left: a framework that catches SIGTERM itself (JAX's preemption notifier, installed
+by ``jax.distributed.initialize``) is never relied on to exit.  A second signal to the runner during that
+clean-up SIGKILLs every process of the run at once (:func:`runner.interrupt.hard_stop`).
+
+**A runner that dies.**  Should the runner itself be killed outright (SIGKILL, the OOM killer), its
+processes end within about a second: each process it starts gets ``PR_SET_PDEATHSIG`` -- SIGKILL for a
+worker or an MXNet ps-lite role it starts itself, SIGTERM for torchrun and mpiexec, which then stop their
+workers -- and every worker (``runner/dp_worker.py``) also watches the runner's process
+(``DS2_RUNNER_PID``) and kills itself once that is gone, whoever its parent is.  What such a run leaves in
+``.staging/`` (rank 0's record, the status files) is removed by the next data-parallel run into the same
+results directory (:func:`clean_stale_staging`).  The failed row's reason names the rank
 and the last error line of its log.  A run whose every rank reported ok counts, even when a process
 then dies at exit (a framework's teardown: gloo was seen to abort one rank's interpreter shutdown in
 6 runs in 240): its record's ``run.teardown`` names the process, the signal and its last log line.
@@ -52,6 +61,7 @@ from collections import OrderedDict
 from typing import Callable, Dict, List, Optional
 
 from common import envinfo, parallel, results
+from common.parallel import process_start_time, runner_alive
 from common.data import shard_sizes
 
 from . import envs
@@ -298,10 +308,16 @@ _LIBC = _libc()
 PR_SET_PDEATHSIG = 1
 
 
-def _child_setup():
-    """In the child, before exec: die with SIGTERM when the runner dies (Linux)."""
+def _child_setup(sig=signal.SIGTERM):
+    """In the child, before exec: get ``sig`` when the runner dies (Linux)."""
     if _LIBC is not None:
-        _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        _LIBC.prctl(PR_SET_PDEATHSIG, sig)
+
+
+def _worker_setup():
+    """A worker (or MXNet ps-lite role) the runner starts itself: SIGKILL when the runner dies -- a framework's
+    SIGTERM handler must not keep it alive."""
+    _child_setup(signal.SIGKILL)
 
 
 def marked_processes(marker_value: str, name: str = MARKER) -> List[int]:
@@ -353,13 +369,15 @@ def terminate(procs: List[subprocess.Popen], marker_value: str, grace: float = G
 
 
 def _terminate(procs: List[subprocess.Popen], marker_value: str, grace: float) -> None:
-    _signal_all(procs, marker_value, signal.SIGTERM)
-    deadline = time.time() + grace
-    while time.time() < deadline:
-        if all(p.poll() is not None for p in procs) and not marked_processes(marker_value):
-            break
-        time.sleep(POLL_S)
-    _signal_all(procs, marker_value, signal.SIGKILL)
+    try:
+        _signal_all(procs, marker_value, signal.SIGTERM)
+        deadline = time.time() + grace
+        while time.time() < deadline:
+            if all(p.poll() is not None for p in procs) and not marked_processes(marker_value):
+                break
+            time.sleep(POLL_S)
+    finally:          # a signal that cuts the grace period short (SIGTERM to the runner) still gets here
+        _signal_all(procs, marker_value, signal.SIGKILL)
     for p in procs:
         try:
             p.wait(timeout=grace)
@@ -517,6 +535,8 @@ def launch(launcher: Launcher, python: str, script: str, world: int, log_prefix:
     base_env[MARKER] = run_id
     base_env["DS2_LAUNCHER"] = launcher.name
     base_env["PYTHONUNBUFFERED"] = "1"
+    base_env["DS2_RUNNER_PID"] = str(os.getpid())         # dp_worker.py ends itself when this process is gone
+    base_env["DS2_RUNNER_START"] = process_start_time(os.getpid()) or ""
     if launcher.extra_env and venv:
         base_env.update(launcher.extra_env(venv))
     ranks = 1 if launcher.kind == "single" else world     # processes with a rank (and a log and a status)
@@ -536,7 +556,8 @@ def launch(launcher: Launcher, python: str, script: str, world: int, log_prefix:
         specs.append((argv, base_env, launcher_log))
     elif launcher.kind == "mpiexec":
         argv = ["mpiexec", "--allow-run-as-root", "--oversubscribe", "-n", str(world)]
-        for name in sorted(set(["LD_LIBRARY_PATH", MARKER, "DS2_LAUNCHER", "PYTHONUNBUFFERED"]) & set(base_env)):
+        for name in sorted(set(["LD_LIBRARY_PATH", MARKER, "DS2_LAUNCHER", "PYTHONUNBUFFERED", "DS2_RUNNER_PID",
+                                "DS2_RUNNER_START"]) & set(base_env)):
             argv += ["-x", name]
         specs.append((argv + [python] + worker, base_env, launcher_log))
     elif launcher.kind == "single":
@@ -561,6 +582,10 @@ def launch(launcher: Launcher, python: str, script: str, world: int, log_prefix:
     commands = [" ".join(shlex.quote(a) for a in argv) for argv, _, _ in specs]
 
     procs = []   # type: List[subprocess.Popen]
+    from . import interrupt
+    interrupt.track_run(run_id, lambda sig: _signal_all(procs, run_id, sig))   # a second signal: SIGKILL to all
+    # torchrun and mpiexec stop their workers on SIGTERM; what the runner starts itself gets SIGKILL
+    preexec = _child_setup if launcher.kind in ("torchrun", "mpiexec") else _worker_setup
     t0 = time.time()
     timed_out = None
     first_exit = None
@@ -572,7 +597,7 @@ def launch(launcher: Launcher, python: str, script: str, world: int, log_prefix:
             with open(out_path, "a") as out:
                 procs.append(subprocess.Popen(argv, cwd=cwd, env=proc_env, stdin=subprocess.DEVNULL, stdout=out,
                                               stderr=subprocess.STDOUT, start_new_session=True,
-                                              preexec_fn=_child_setup))
+                                              preexec_fn=preexec))
         while True:
             codes = [p.poll() for p in procs]
             bad = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
@@ -595,7 +620,10 @@ def launch(launcher: Launcher, python: str, script: str, world: int, log_prefix:
                         break
             time.sleep(POLL_S)
     finally:   # success, failure, timeout, KeyboardInterrupt alike: nothing of the run survives this
-        terminate(procs, run_id, grace)
+        try:
+            terminate(procs, run_id, grace)
+        finally:
+            interrupt.untrack_run(run_id)
     codes = [p.returncode for p in procs]
     statuses = _read_statuses(status_prefix, ranks)
     # the run counts when every rank reported ok: its work is done and its files written.  A process that then
@@ -664,6 +692,7 @@ def run_target(target: Target, opts, workers: int, announce=print, python: Optio
     dirs = {k: os.path.join(opts.results_dir, k) for k in ("records", ".staging", "logs")}
     for d in dirs.values():
         os.makedirs(d, exist_ok=True)
+    clean_stale_staging(dirs[".staging"])          # what a killed runner left
     record_path = os.path.join(dirs["records"], stem + ".json")
     staged = os.path.join(dirs[".staging"], stem + ".json")
     script = os.path.join(dirs[".staging"], stem + ".py")
@@ -751,14 +780,17 @@ def run_target(target: Target, opts, workers: int, announce=print, python: Optio
                       % (type(e).__name__, results.one_line(str(e))))
     # 4. the launch
     announce("  %d workers via %s" % (workers, launcher.name))
+    claim_staging(status_prefix)
     try:
         res = launch(launcher, python, script, workers, log_prefix, status_prefix,
                      cwd=os.path.dirname(target.notebook_path), timeout=opts.timeout, venv=venv,
                      announce=announce, grace=grace)
     except KeyboardInterrupt as e:     # run_all.py's SIGINT/SIGTERM (runner.interrupt) say which
+        release_staging(status_prefix, workers)
         finish("failed", getattr(e, "reason", "interrupted by the user"))
         raise
     except OSError as e:
+        release_staging(status_prefix, workers)
         return finish("failed", "cannot start the %s launcher: %s" % (launcher.name, e))
     extra = {"launch_commands": res.commands, "wall_s": res.wall_s,
              "ranks": {str(r): {k: st.get(k) for k in ("status", "exit_code", "error", "pid")}
@@ -768,15 +800,15 @@ def run_target(target: Target, opts, workers: int, announce=print, python: Optio
         extra["teardown"] = "every rank reported ok; then " + res.teardown
     _clean_statuses(status_prefix, workers)
     if not res.ok:
-        if os.path.exists(staged):
-            os.remove(staged)
+        release_staging(status_prefix, workers)
         return finish("failed", res.reason, extra)
     # 5. rank 0's record, checked and completed
     try:
         rec = results.read_record(staged)
     except (OSError, ValueError) as e:
+        release_staging(status_prefix, workers)
         return finish("failed", "rank 0 wrote no valid record: %s" % e, extra)
-    os.remove(staged)
+    release_staging(status_prefix, workers)
     expected = execute.expected_checksum(gopts.preset, opts.seed)
     got = (rec.get("data") or {}).get("checksum")
     rec.setdefault("checks", {})["checksum"] = {"checksum": got, "expected": expected, "ok": got == expected}
@@ -855,6 +887,54 @@ def _clean_statuses(status_prefix: str, world: int) -> None:
         path = "%s.rank%d.status.json" % (status_prefix, rank)
         if os.path.exists(path):
             os.remove(path)
+
+
+OWNER = ".owner"
+
+
+def claim_staging(status_prefix: str) -> str:
+    """``<stem>.owner`` in ``.staging/``: this runner's pid and start time, while its run's transient files (rank 0's
+    record, the status files) are there.  Removed with them when the run ends (:func:`release_staging`)."""
+    path = status_prefix + OWNER
+    results.atomic_write_text(path, "%d %s\n" % (os.getpid(), process_start_time(os.getpid()) or ""))
+    return path
+
+
+def release_staging(status_prefix: str, world: int) -> None:
+    _clean_statuses(status_prefix, world)
+    for path in (status_prefix + ".json", status_prefix + OWNER):
+        if os.path.exists(path):
+            os.remove(path)
+
+
+def clean_stale_staging(staging: str) -> List[str]:
+    """Remove what runs whose runner died (SIGKILL, the OOM killer) left in ``staging``: each ``<stem>.owner``
+    whose process is gone, with that stem's record and status files (its exported script stays: a run of the
+    same stem rewrites it).  A live runner's files are left alone.  Returns the paths removed."""
+    removed = []
+    if not os.path.isdir(staging):
+        return removed
+    for name in sorted(os.listdir(staging)):
+        if not name.endswith(OWNER):
+            continue
+        owner = os.path.join(staging, name)
+        try:
+            with open(owner) as f:
+                fields = f.read().split()
+            pid, start = int(fields[0]), (fields[1] if len(fields) > 1 else None)
+        except (OSError, ValueError, IndexError):
+            pid, start = None, None
+        if pid is not None and runner_alive(pid, start):
+            continue
+        stem = name[:-len(OWNER)]
+        for other in os.listdir(staging):
+            if other == stem + ".json" or (other.startswith(stem + ".rank") and other.endswith(".status.json")) \
+                    or (other.startswith(stem + ".") and other.endswith(".partial")):
+                os.remove(os.path.join(staging, other))
+                removed.append(os.path.join(staging, other))
+        os.remove(owner)
+        removed.append(owner)
+    return removed
 
 
 def _which(name: str) -> Optional[str]:

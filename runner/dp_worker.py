@@ -12,10 +12,16 @@ interpreter); it imports nothing of the framework and nothing of ``runner`` (it 
 4. Writes ``<S>.rank<N>.status.json``: {"status": "running"} when it starts, then "ok", or "failed"
    with a one-line reason (the exception, or the SystemExit code).  A worker killed by a signal
    leaves "running": the runner reads that as "killed".
+5. Watches the runner (``DS2_RUNNER_PID``, ``DS2_RUNNER_START``) from a daemon thread, every
+   :data:`WATCH_S` seconds: once the runner is gone (SIGKILLed, say by the OOM killer), the worker
+   SIGKILLs itself -- whoever its parent is (torchrun, mpiexec, the runner), and whatever the framework
+   does with SIGTERM.
 """
 import json
 import os
+import signal
 import sys
+import threading
 import time
 import traceback
 
@@ -37,6 +43,32 @@ def _one_line(text, limit=300):
     return "no message"
 
 
+#: seconds between two looks at the runner's process
+WATCH_S = 0.5
+
+
+def watch_runner(runner_alive, env=None):
+    """Start the daemon thread that ends this process once the runner in ``env`` is gone; returns it, or None
+    when no runner is named (a worker started by hand)."""
+    env = os.environ if env is None else env
+    try:
+        pid = int(env.get("DS2_RUNNER_PID", ""))
+    except ValueError:
+        return None
+    start = env.get("DS2_RUNNER_START") or None
+
+    def watch():
+        while runner_alive(pid, start):
+            time.sleep(WATCH_S)
+        sys.stderr.write("[dp_worker] the runner (pid %d) is gone: this worker stops\n" % pid)
+        sys.stderr.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    thread = threading.Thread(target=watch, name="ds2-runner-watch", daemon=True)
+    thread.start()
+    return thread
+
+
 def main(argv):
     args = list(argv)
     prefixes = {}
@@ -54,7 +86,8 @@ def main(argv):
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
     sys.path.insert(0, os.path.dirname(script))
     sys.path.append(ROOT)
-    from common.parallel import world_from_env
+    from common.parallel import runner_alive, world_from_env
+    watch_runner(runner_alive)
     world = world_from_env()
     rank = world.rank
 

@@ -6,7 +6,10 @@ runs in a session of its own and hears neither.  :func:`install` turns both sign
 being executed, a record or results.md being written), where the handler only stops the kernels
 that are running (papermill then saves what ran and returns promptly with an error) and the
 exception is raised when the block ends.  Should that take longer than :data:`GRACE_S`, it is raised
-anyway.  A second signal during the clean-up kills the kernels and exits at once.
+anyway.  A second signal during the clean-up exits at once, but first sends SIGKILL to every kernel's
+process group and to every process of a data-parallel run in progress (:func:`track_run`): a framework
+that catches SIGTERM itself (JAX's preemption notifier does, once ``jax.distributed`` is initialised)
+cannot outlive the runner that way.
 
 Standard library only.
 """
@@ -20,6 +23,7 @@ REASONS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}
 
 _state = {"signum": None, "deferring": 0}
 _kernels = {}   # key -> process group of a running Jupyter kernel
+_runs = {}      # key -> callable(sig) that signals every process of a data-parallel run
 
 
 class Interrupted(KeyboardInterrupt):
@@ -57,8 +61,8 @@ def pending():
 
 
 def _handler(signum, frame):
-    if _state["signum"] is not None:            # a second signal: no more clean-up
-        kill_kernels(signal.SIGKILL)
+    if _state["signum"] is not None:            # a second signal: no more clean-up, but nothing left behind
+        hard_stop()
         os.write(2, ("run_all.py: %s again during the clean-up; stopped at once\n"
                      % signal.Signals(signum).name).encode())
         os._exit(128 + _state["signum"])
@@ -103,6 +107,27 @@ def track_kernel(key, pgid: int) -> None:
 
 def untrack_kernel(key) -> None:
     _kernels.pop(key, None)
+
+
+def track_run(key, signal_all) -> None:
+    """A data-parallel run started: ``signal_all(sig)`` sends ``sig`` to every process of it (its launchers'
+    process groups and every process carrying its marker).  :func:`hard_stop` calls it with SIGKILL."""
+    _runs[key] = signal_all
+
+
+def untrack_run(key) -> None:
+    _runs.pop(key, None)
+
+
+def hard_stop() -> None:
+    """SIGKILL to every tracked kernel and every process of every tracked data-parallel run: what a second
+    signal does before the runner exits at once.  Takes milliseconds (a scan of /proc per run)."""
+    kill_kernels(signal.SIGKILL)
+    for signal_all in list(_runs.values()):
+        try:
+            signal_all(signal.SIGKILL)
+        except Exception:   # noqa: B902 -- on the way out: the other runs still get theirs
+            pass
 
 
 def kill_kernels(sig=signal.SIGTERM) -> None:

@@ -60,10 +60,10 @@ def pytest_terminal_summary(terminalreporter):
     if DURATIONS.deselected:
         terminalreporter.write_line("%d heavy tests (marked full) were not run: `%s` runs them"
                                     % (DURATIONS.deselected, FULL_HINT))
-    shared = sorted(DURATIONS.shared.items(), key=lambda kv: -kv[1])
+    shared = sorted(((name, s) for name, s in DURATIONS.shared.items() if s >= 1), key=lambda kv: -kv[1])
     if shared:
         terminalreporter.write_line("shared fixtures (set up once, used by many tests): " + ", ".join(
-            "%s %.0f s" % (name, s) for name, s in shared if s >= 1) or "none over 1 s")
+            "%s %.0f s" % (name, s) for name, s in shared))
 
 
 def full_targets(names):
@@ -235,6 +235,21 @@ def smoke_bf16(tmp_path_factory):
     if not names:
         pytest.skip("no selected target runs bf16 on a CPU")
     return smoke_run(tmp_path_factory, "smoke_bf16", names, "--precision", "bf16")
+
+
+@pytest.fixture
+def tag(monkeypatch):
+    """A variable every process the test starts inherits (``DS2_TEST_TAG``): afterwards none may carry it."""
+    import signal
+    import uuid
+    from runner import distributed
+    value = uuid.uuid4().hex
+    monkeypatch.setenv("DS2_TEST_TAG", value)
+    yield value
+    left = distributed.marked_processes(value, name="DS2_TEST_TAG")
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, "processes outlived the run: %s" % left
 
 
 # ---- the checks every data-parallel test shares (issues #15, #16) ------------------------------------------

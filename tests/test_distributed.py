@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 
 import nbformat
 import numpy as np
@@ -211,18 +210,6 @@ def _fixture_run(tmp_path, workers=2, timeout=120, python=sys.executable, launch
                               timeout=timeout)
     return distributed.run_target(target, opts, workers, python=python, launcher=distributed.LAUNCHERS[launcher],
                                   grace=2), target, opts
-
-
-@pytest.fixture
-def tag(monkeypatch):
-    """A variable every process the test starts inherits: afterwards none may carry it."""
-    value = uuid.uuid4().hex
-    monkeypatch.setenv("DS2_TEST_TAG", value)
-    yield value
-    left = distributed.marked_processes(value, name="DS2_TEST_TAG")
-    for pid in left:
-        os.kill(pid, signal.SIGKILL)
-    assert not left, "processes outlived the run: %s" % left
 
 
 def _single_worker_record(tmp_path, target, opts):

@@ -156,6 +156,43 @@ def test_a_second_ctrl_c_during_the_clean_up_exits_at_once():
     assert err.strip() == "run_all.py: SIGINT again during the clean-up; stopped at once"
 
 
+HARD_STOP = textwrap.dedent("""
+    import os, signal, subprocess, sys, time
+    sys.path.insert(0, %r)
+    from runner import interrupt
+    interrupt.install()
+    # a worker that ignores SIGTERM (as JAX's preemption notifier makes one), in a session of its own
+    child = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, "
+                              "signal.SIG_IGN); print('ready', flush=True); time.sleep(120)"],
+                             stdout=subprocess.PIPE, start_new_session=True)
+    child.stdout.readline()
+    print(child.pid, flush=True)
+    interrupt.track_run("run", lambda sig: os.killpg(child.pid, sig))
+    try:
+        time.sleep(30)
+    except interrupt.Interrupted:
+        os.killpg(child.pid, signal.SIGTERM)     # the clean-up's polite first step: ignored
+        time.sleep(30)                           # waiting for it; the second signal comes now
+""" % ROOT)
+
+
+def test_a_second_signal_sigkills_every_tracked_run_before_the_runner_exits():
+    proc = subprocess.Popen([sys.executable, "-c", HARD_STOP], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            universal_newlines=True)
+    child = int(proc.stdout.readline())
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    t0 = time.time()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=20)
+    assert time.time() - t0 < 3 and proc.returncode == 130
+    assert err.strip() == "run_all.py: SIGTERM again during the clean-up; stopped at once"
+    deadline = time.time() + 5
+    while time.time() < deadline and alive([child]):
+        time.sleep(0.05)
+    assert not alive([child]), "the worker that ignores SIGTERM outlived the runner"
+
+
 DEFERRED = textwrap.dedent("""
     import os, signal, sys, time
     sys.path.insert(0, %r)

@@ -13,7 +13,7 @@ from common.spec import get_preset
 from runner import report
 from runner.migrate import repo_path
 from runner.targets import TARGETS
-from tests.conftest import ROOT, selected_targets
+from tests.conftest import full_targets, ROOT, selected_targets
 
 onnx = pytest.importorskip("onnx", reason="the runner environment pins onnx (envs/runner.txt)")
 pytest.importorskip("onnxruntime", reason="the runner environment pins onnxruntime (envs/runner.txt)")
@@ -166,7 +166,7 @@ def ok_record(run, target):
     return rec
 
 
-@pytest.mark.parametrize("target", NAMES)
+@pytest.mark.parametrize("target", full_targets(NAMES))
 def test_onnx_section_of_every_row(smoke, target):
     rec = ok_record(smoke, target)
     o = rec.get("onnx")

@@ -177,7 +177,8 @@ def test_keras_on_torch_and_tensorflow_refuse_workers_with_one_line(tmp_path, ta
     assert res.returncode != 0
 
 
-@needs_keras_jax
+@pytest.mark.full     # a whole notebook run; the default tier loads Keras's export into PyTorch and PyTorch's into
+@needs_keras_jax      # Keras (tests/test_export_records.py, the migration's hub pairs)
 def test_the_export_loads_back_with_init_weights(single, tmp_path):
     """Round trip Keras -> canonical -> Keras: section 6's first loss is the reference's from the loaded state
     (moving statistics included), and the new export's inference check passes."""

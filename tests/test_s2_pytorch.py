@@ -86,6 +86,7 @@ def two_runs(tmp_path, precision, reference):
     return single, rec, two
 
 
+@pytest.mark.full     # the default tier: DDP = one process to 1e-15 on the small fixture (tests/test_distributed.py)
 def test_pytorch_two_workers_equal_one_worker_with_the_global_batch(tmp_path, smoke):
     single, rec, _ = two_runs(tmp_path, "fp32", smoke)
     eq = rec["checks"]["equivalence"]

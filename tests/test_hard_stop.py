@@ -1,0 +1,207 @@
+"""A hard stop never leaves a worker behind: every data-parallel launcher, every signal sequence.
+
+``run_all.py --preset smoke --workers 2 --batch-size 4`` runs in a session of its own (as a terminal's job),
+and once both workers have passed the first-loss check (their engine is initialised: JAX's preemption
+notifier, which catches SIGTERM, is installed by then) it gets one of:
+
+* SIGINT to its process group (Ctrl-C in a terminal);
+* SIGTERM to its process group (``timeout``, a CI runner, a job scheduler);
+* SIGINT, then SIGTERM one second later, during the clean-up (a scheduler that gives up waiting);
+* SIGKILL to run_all.py alone (the OOM killer).
+
+Then, for each launcher (torchrun, TF_CONFIG processes, jax.distributed, mpiexec, MXNet's ps-lite
+dist_sync): no process of the run (every one carries the test's marker variable) is left 10 s after
+run_all.py exits; every record in the results directory is whole JSON and no ``*.partial`` file is left;
+where run_all.py survives the signal long enough (a single signal), the target's record is failed with the
+signal's reason and results.md is regenerated; after a SIGKILL, what the run left in ``.staging/`` is what
+the next run removes.  The default tier runs JAX and torchrun with the double signal and JAX with SIGKILL;
+``--full`` runs the whole matrix.  Set ``DS2_FAULT_TABLE=FILE`` to get a line per case (launcher, sequence,
+processes left, seconds to clean) appended to FILE."""
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from common import results
+from runner import distributed
+from tests.conftest import ROOT
+
+#: launcher -> (target, extra run_all.py options)
+LAUNCHERS = {"torchrun": ("pytorch", []), "tf_config": ("tensorflow", []), "jax": ("jax", []),
+             "mpiexec": ("cntk", []), "dist_sync": ("mxnet", ["--mxnet-dp", "dist_sync"])}
+#: sequence -> [(seconds after the previous signal, signal, to the process group or run_all.py alone)]
+SEQUENCES = {"SIGINT": [(0, signal.SIGINT, "group")],
+             "SIGTERM": [(0, signal.SIGTERM, "group")],
+             "SIGINT then SIGTERM": [(0, signal.SIGINT, "group"), (1.0, signal.SIGTERM, "group")],
+             "SIGKILL": [(0, signal.SIGKILL, "runner")]}
+DEFAULT_TIER = {("jax", "SIGINT then SIGTERM"), ("torchrun", "SIGINT then SIGTERM"), ("jax", "SIGKILL")}
+STARTUP_S = 600      # environment check, the workers' imports, engine start and the first-loss check
+LEFT_S = 10          # the bound: no process of the run 10 s after run_all.py exits
+EXIT_S = 60          # run_all.py's own exit after the last signal (its clean-up waits 5 s at most per step)
+
+
+def cases():
+    for launcher in LAUNCHERS:
+        for sequence in SEQUENCES:
+            marks = () if (launcher, sequence) in DEFAULT_TIER else (pytest.mark.full,)
+            yield pytest.param(launcher, sequence, marks=marks, id="%s-%s" % (launcher, sequence.replace(" ", "_")))
+
+
+def _start(results_dir, target, extra, out):
+    cmd = [sys.executable, os.path.join(ROOT, "run_all.py"), "--preset", "smoke", "--device", "cpu", "--frameworks",
+           target, "--workers", "2", "--batch-size", "4", "--timeout", "900", "--no-progress",
+           "--results-dir", results_dir] + extra
+    return subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _wait_for_training(proc, results_dir, output):
+    """Until both workers' logs show the first-loss check; skips when the row is skipped (no CNTK interpreter,
+    no mpiexec)."""
+    deadline = time.time() + STARTUP_S
+    while time.time() < deadline:
+        logs = sorted(glob.glob(os.path.join(results_dir, "logs", "*_w2.rank[01].log")))
+        if len(logs) == 2 and all("first-batch loss" in open(p, errors="replace").read() for p in logs):
+            return
+        if proc.poll() is not None:
+            recs = results.read_records(os.path.join(results_dir, "records")) \
+                if os.path.isdir(os.path.join(results_dir, "records")) else []
+            if recs and recs[0]["status"] == "skipped":
+                pytest.skip(recs[0]["error"])
+            pytest.fail("run_all.py ended (%s) before both workers trained:\n%s" % (proc.returncode,
+                                                                                   open(output).read()[-3000:]))
+        time.sleep(0.2)
+    proc.kill()
+    pytest.fail("the workers did not reach the first-loss check within %d s" % STARTUP_S)
+
+
+def _send(proc, sequence):
+    for delay, sig, to in SEQUENCES[sequence]:
+        time.sleep(delay)
+        try:
+            if to == "group":
+                os.killpg(proc.pid, sig)
+            else:
+                os.kill(proc.pid, sig)
+        except ProcessLookupError:     # it had already exited (the clean-up was over before the second signal)
+            pass
+
+
+@pytest.mark.parametrize("launcher, sequence", list(cases()))
+def test_no_process_outlives_a_stopped_run(tmp_path, tag, launcher, sequence):
+    target, extra = LAUNCHERS[launcher]
+    results_dir = str(tmp_path / "results")
+    output = str(tmp_path / "run_all.out")
+    with open(output, "w") as out:
+        proc = _start(results_dir, target, extra, out)
+    try:
+        _wait_for_training(proc, results_dir, output)
+        running = distributed.marked_processes(tag, name="DS2_TEST_TAG")
+        assert len(running) >= 3, running            # run_all.py and its 2 workers (and a launcher) carry the marker
+        _send(proc, sequence)
+        t0 = time.time()
+        proc.wait(timeout=EXIT_S)
+        exited = time.time()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    # 1. no process of the run is left 10 s after run_all.py exits
+    left = distributed.marked_processes(tag, name="DS2_TEST_TAG")
+    while left and time.time() - exited < LEFT_S:
+        time.sleep(0.1)
+        left = distributed.marked_processes(tag, name="DS2_TEST_TAG")
+    clean_s = time.time() - t0
+    leftovers = [(pid, open("/proc/%d/cmdline" % pid, "rb").read().replace(b"\0", b" ")[:200]) for pid in left
+                 if os.path.exists("/proc/%d" % pid)]
+    table = os.environ.get("DS2_FAULT_TABLE")
+    if table:
+        with open(table, "a") as f:
+            f.write("| %s | %s | %d | %.1f | %s |\n" % (launcher, sequence, len(left), clean_s, proc.returncode))
+    text = open(output).read()
+    assert not left, "%s, %s: %d processes outlived run_all.py by %d s: %s\n%s" % (
+        launcher, sequence, len(left), LEFT_S, leftovers, text[-2000:])
+    # 2. no half-written record, no partial file
+    partial = [p for p in glob.glob(os.path.join(results_dir, "**", "*"), recursive=True) if ".partial" in p]
+    assert not partial, partial
+    records = glob.glob(os.path.join(results_dir, "records", "*.json"))
+    for path in records:
+        with open(path) as f:
+            json.load(f)
+    # 3. the exit status, and where run_all.py survived the signal: the record and results.md say why
+    first = SEQUENCES[sequence][0][1]
+    if sequence == "SIGKILL":
+        assert proc.returncode == -signal.SIGKILL
+        # what the killed run left in .staging/ (rank files, its owner), the next run removes
+        staging = os.path.join(results_dir, ".staging")
+        distributed.clean_stale_staging(staging)
+        transient = [n for n in os.listdir(staging) if not n.endswith(".py")] if os.path.isdir(staging) else []
+        assert not transient, transient
+        return
+    assert proc.returncode == 128 + first, (proc.returncode, text[-2000:])
+    if len(SEQUENCES[sequence]) == 1:
+        reason = "%s (%s)" % ({signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}[first],
+                              signal.Signals(first).name)
+        recs = results.read_records(os.path.join(results_dir, "records"))
+        assert [(r["status"], r["error"]) for r in recs] == [("failed", reason)], recs
+        with open(os.path.join(results_dir, "results.md")) as f:
+            assert "failed: %s" % reason in f.read()
+    else:
+        assert "again during the clean-up; stopped at once" in text or "regenerated" in text, text[-2000:]
+
+
+def test_stale_staging_of_a_dead_runner_is_removed_and_a_live_ones_kept(tmp_path):
+    staging = tmp_path / ".staging"
+    staging.mkdir()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()                                        # a pid that no longer runs
+    for stem, pid in (("dead_w2", dead.pid), ("live_w2", os.getpid())):
+        (staging / (stem + ".owner")).write_text("%d %s\n" % (pid, distributed.process_start_time(pid) or ""))
+        for name in (".json", ".rank0.status.json", ".rank1.status.json", ".py", ".json.123.partial"):
+            (staging / (stem + name)).write_text("x")
+    removed = distributed.clean_stale_staging(str(staging))
+    assert sorted(os.path.basename(p) for p in removed) == sorted(
+        ["dead_w2.json", "dead_w2.rank0.status.json", "dead_w2.rank1.status.json", "dead_w2.json.123.partial",
+         "dead_w2.owner"])
+    left = sorted(os.listdir(str(staging)))
+    assert "dead_w2.py" in left and all(n in left for n in ("live_w2.owner", "live_w2.json"))
+    # a pid that was reused by another process is not the runner: its start time differs
+    (staging / "reused_w2.owner").write_text("%d 1\n" % os.getpid())
+    (staging / "reused_w2.json").write_text("x")
+    distributed.clean_stale_staging(str(staging))
+    assert not (staging / "reused_w2.json").exists()
+
+
+def test_a_worker_stops_itself_once_its_runner_is_gone(tmp_path):
+    """dp_worker.py's watch: a worker whose runner died kills itself within about a second, even one whose parent
+    is alive (torchrun, mpiexec) and that ignores SIGTERM (as JAX's preemption notifier makes it)."""
+    runner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    code = ("import signal, sys, time; sys.path.insert(0, %r); sys.path.insert(0, %r)\n"
+            "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+            "import dp_worker; from common.parallel import runner_alive\n"
+            "dp_worker.watch_runner(runner_alive)\n"
+            "print('watching', flush=True); time.sleep(60)\n" % (ROOT, os.path.join(ROOT, "runner")))
+    env = dict(os.environ, DS2_RUNNER_PID=str(runner.pid),
+               DS2_RUNNER_START=distributed.process_start_time(runner.pid) or "")
+    worker = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              universal_newlines=True)
+    try:
+        assert worker.stdout.readline().strip() == "watching"
+        time.sleep(1.0)
+        assert worker.poll() is None                   # the runner lives: the worker goes on
+        runner.kill()
+        runner.wait()
+        t0 = time.time()
+        worker.wait(timeout=10)
+        assert time.time() - t0 < 3
+        assert worker.returncode == -signal.SIGKILL
+        assert "the runner (pid %d) is gone" % runner.pid in worker.stderr.read()
+    finally:
+        for p in (runner, worker):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
