@@ -27,6 +27,8 @@ options               framework switches the run used (torch.compile, hybridize,
 export                the canonical export of section 11 and its checks (:mod:`common.exports`)
 onnx                  the ONNX export of section 11b, checked in onnxruntime (:mod:`common.onnx_check`)
 run                   started/finished (UTC), notebook, command, git commit (run_all.py)
+as_is                 true when the row ran in an interpreter as installed (``--use-installed``):
+                      its versions (``run.installed``) are not the pins'
 ====================  ==================================================================
 
 Records are written atomically: a temporary file in the same directory, renamed into
@@ -229,7 +231,7 @@ def records_frame(records: List[dict]):
 TABLE_COLUMNS = [
     ("Framework", "framework", "{}"),
     ("API / variant", "api_variant", "{}"),
-    ("Version", "versions.framework", "{}"),
+    ("Version", "version_text", "{}"),
     ("Device", "device.name", "{}"),
     ("Precision", "precision", "{}"),
     ("Preset", "preset", "{}"),
@@ -272,7 +274,10 @@ def _derived(row) -> Dict[str, Optional[str]]:
         if peak is None:                                           # profile after them can take far more)
             peak = _get(row, "memory.host_peak_rss_bytes")
     status = _get(row, "status") or "?"
+    version = _get(row, "versions.framework")
     return {
+        "version_text": None if version is None else "%s%s" % (version, " (as installed)" if _get(row, "as_is")
+                                                               else ""),
         "api_variant": api + (" / " + variant if variant else "") + (
             " / %d workers" % _get(row, "distributed.world_size") if (_get(row, "distributed.world_size") or 1) > 1
             else ""),

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import venv
+from typing import Optional
 
 from common.results import atomic_write_text  # standard library only, like this module
 
@@ -23,6 +24,10 @@ STAMP = ".ds2-stamp.json"
 
 class EnvError(RuntimeError):
     """An environment could not be created; the message is one line."""
+
+
+class WheelhouseError(EnvError):
+    """The wheelhouse (``--wheelhouse DIR``) lacks a wheel an environment needs: run_all.py exits 2."""
 
 
 def env_python(path: str) -> str:
@@ -70,12 +75,14 @@ def run_logged(args, log_path: str, what: str, env=None, cwd=ROOT) -> None:
 
 
 def create_venv(path: str, requirements: str, base_python: str, stamp: dict, log_path: str,
-                pip: str = "pip") -> None:
+                pip: str = "pip", wheelhouse: Optional[str] = None) -> None:
     """(Re)create a virtual environment at ``path`` with ``requirements`` installed; stamp it last.
 
     ``pip`` is the requirement pip is upgraded to first (old interpreters need a bound: the newest
-    pip a local wheel directory offers may not support them).
+    pip a local wheel directory offers may not support them).  ``wheelhouse``: install from that
+    directory only, no index (runner/wheelhouse.py).
     """
+    offline = ["--no-index", "--find-links", wheelhouse] if wheelhouse else []
     if os.path.isdir(path):
         shutil.rmtree(path)
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -88,9 +95,9 @@ def create_venv(path: str, requirements: str, base_python: str, stamp: dict, log
     # a cache path: give it the flag instead of the variable until it is upgraded.
     env = dict(os.environ)
     no_cache = ["--no-cache-dir"] if env.pop("PIP_NO_CACHE_DIR", None) not in (None, "", "0", "false") else []
-    run_logged([py, "-m", "pip", "install", "--upgrade"] + no_cache + [pip], log_path,
+    run_logged([py, "-m", "pip", "install", "--upgrade"] + no_cache + offline + [pip], log_path,
                "upgrading pip in %s" % path, env=env)
-    run_logged([py, "-m", "pip", "install", "-r", requirements], log_path,
+    run_logged([py, "-m", "pip", "install"] + offline + ["-r", requirements], log_path,
                "pip install -r %s" % os.path.relpath(requirements, ROOT))
     write_stamp(path, stamp)
 
@@ -99,15 +106,20 @@ def runner_dir() -> str:
     return os.path.join(ENVS_DIR, "runner")
 
 
-def ensure_runner_env(announce=print) -> str:
-    """The runner environment's Python, created from envs/runner.txt if missing or outdated."""
+def ensure_runner_env(announce=print, wheelhouse: Optional[str] = None) -> str:
+    """The runner environment's Python, created from envs/runner.txt if missing or outdated (from
+    ``wheelhouse`` only, when given: checked first, WheelhouseError naming what it lacks)."""
     path = runner_dir()
     stamp = {"requirements": file_digest(RUNNER_REQUIREMENTS)}
     if read_stamp(path) != stamp or not os.path.exists(env_python(path)):
+        base = getattr(sys, "_base_executable", None) or sys.executable
+        if wheelhouse:
+            from . import wheelhouse as wh
+            wh.check(wheelhouse, RUNNER_REQUIREMENTS, "%d.%d" % sys.version_info[:2], "the runner's environment")
         announce("Creating the runner environment %s from envs/runner.txt (once; a few minutes)..." % path)
         os.makedirs(ENVS_DIR, exist_ok=True)
-        base = getattr(sys, "_base_executable", None) or sys.executable
-        create_venv(path, RUNNER_REQUIREMENTS, base, stamp, os.path.join(ENVS_DIR, "runner.log"))
+        create_venv(path, RUNNER_REQUIREMENTS, base, stamp, os.path.join(ENVS_DIR, "runner.log"),
+                    wheelhouse=wheelhouse)
     return env_python(path)
 
 
@@ -116,17 +128,31 @@ def in_runner_env() -> bool:
 
 
 def reexec_in_runner(argv) -> None:
-    """Re-execute ``argv`` (arguments after the interpreter) inside the runner environment."""
-    if os.environ.get("DS2_RUNNER") == "current" or in_runner_env():
+    """Re-execute ``argv`` (arguments after the interpreter) inside the runner environment; with
+    ``DS2_RUNNER=current``, check instead that the current interpreter has what the runner imports (one line
+    naming what it lacks and how to install it, exit status 2)."""
+    prog = "python -m tests" if argv[:2] == ["-m", "tests"] else os.path.basename(argv[0])
+    if os.environ.get("DS2_RUNNER") == "current":
+        from .installed import runner_problem     # standard library only, like this module
+        problem = runner_problem(tests=prog == "python -m tests")
+        if problem:
+            print("%s: error: %s" % (prog, problem), file=sys.stderr)
+            sys.exit(2)
+        return
+    if in_runner_env():
         return
     from . import interrupt            # standard library only, like this module
     previous = interrupt.install()
     try:
-        python = ensure_runner_env(announce=lambda m: print(m, file=sys.stderr, flush=True))
+        from .wheelhouse import from_argv
+        python = ensure_runner_env(announce=lambda m: print(m, file=sys.stderr, flush=True),
+                                   wheelhouse=from_argv(list(argv)))
+    except WheelhouseError as e:
+        print("%s: error: %s" % (prog, e), file=sys.stderr)
+        sys.exit(2)
     except EnvError as e:
         sys.exit("error: %s" % e)
     except interrupt.Interrupted as e:  # pip is stopped with it; the half-made environment has no stamp
-        prog = "python -m tests" if argv[0] == "-m" else os.path.basename(argv[0])
         interrupt.stderr_line("%s: %s while creating the runner environment" % (prog, e.reason))
         sys.exit(e.exit_status)
     interrupt.restore(previous)

@@ -1,6 +1,7 @@
 """The command line of run_all.py."""
 import argparse
 import os
+import re
 import shlex
 import sys
 import tempfile
@@ -10,6 +11,8 @@ from common import envinfo
 from common.spec import CONTROL_PRECISION, PRECISIONS, PRESETS, get_preset
 
 from . import cntk_python, envs, execute, interrupt, preflight, report
+from . import installed as installed_mod
+from . import wheelhouse
 from .bootstrap import ROOT, EnvError
 from .targets import ALL_TARGETS, ENVS, TARGETS, VARIANTS, control_precision_error, names, variants_of
 
@@ -129,6 +132,22 @@ def build_parser() -> argparse.ArgumentParser:
                                                   "for another results dir)")
     p.add_argument("--python", type=env_python, action="append", default=[], metavar="ENV=PATH",
                    help="build environment ENV from this interpreter")
+    p.add_argument("--use-installed", type=env_python, action="append", default=[], metavar="ENV=PYTHON",
+                   help="run ENV's rows in this interpreter as it is installed: no environment is made, pip is not "
+                        "called (env DS2_USE_INSTALLED=pytorch=/usr/bin/python3,jax=/usr/bin/python3); a preflight "
+                        "checks what the notebooks import and shows the versions beside the pins")
+    p.add_argument("--wheelhouse", default=None, metavar="DIR",
+                   help="make every environment from the wheels in DIR, with no package index (env DS2_WHEELHOUSE); "
+                        "a wheel it lacks is named before anything is made")
+    p.add_argument("--prepare-wheelhouse", default=None, metavar="DIR",
+                   help="download into DIR every wheel the selected rows' environments and the runner need (for "
+                        "--device, --wheelhouse-python and --wheelhouse-platform), print the total size, and exit")
+    p.add_argument("--wheelhouse-python", default=None, metavar="X.Y",
+                   help="with --prepare-wheelhouse: the Python version of the machine the wheels are for (default: "
+                        "this one's; an environment that needs another, such as CNTK's 3.6, gets its own)")
+    p.add_argument("--wheelhouse-platform", action="append", default=[], metavar="TAG",
+                   help="with --prepare-wheelhouse: a platform tag of that machine, repeatable (default: this "
+                        "machine's), e.g. manylinux_2_28_x86_64")
     p.add_argument("--cntk-python", default=None, metavar="PATH",
                    help="a CPython 3.6 (shared-library build) for the CNTK environment (default: DS2_CNTK_PYTHON, "
                         "else python3.6 on PATH, pyenv's or conda's; see python3 -m runner.cntk_python)")
@@ -232,6 +251,54 @@ def resolve_pythons(args, env_names: List[str]):
     return pythons, notes, errors, discovered
 
 
+def resolve_installed(args):
+    """{env: interpreter} of --use-installed and DS2_USE_INSTALLED (the option wins), and the errors: an unknown
+    environment, an interpreter that is not there, an environment also given --python."""
+    errors, out = [], {}
+    try:
+        from_env = installed_mod.parse_assignments(os.environ.get("DS2_USE_INSTALLED", ""))
+    except ValueError as e:
+        return {}, ["DS2_USE_INSTALLED: %s" % e]
+    for name, path in from_env:
+        if name not in ENVS:
+            errors.append("DS2_USE_INSTALLED: unknown environment %r; choose from: %s" % (name, ", ".join(ENVS)))
+        out[name] = path
+    for name, path in args.use_installed:
+        out[name] = path
+    for name, path in out.items():
+        if name in dict(args.python):
+            errors.append("--use-installed %s and --python %s: one runs the interpreter as it is, the other builds an "
+                          "environment from it; give one" % (name, name))
+        elif not (os.path.isfile(path) and os.access(path, os.X_OK)):
+            errors.append("--use-installed %s=%s: no such executable" % (name, path))
+    return {k: os.path.abspath(v) for k, v in out.items()}, errors
+
+
+def offline_preflight(args, env_names, targets, device, gpus, gpu_builds, pythons, installed) -> dict:
+    """Before anything runs: every environment still to be made is in the wheelhouse (``--wheelhouse``: asked of
+    pip, offline), and every interpreter of ``--use-installed`` has what its rows import (its versions printed
+    beside the pins).  Returns {env: the installed interpreter's probe}; raises EnvError with one line."""
+    if args.wheelhouse:
+        for env_name in [e for e in env_names if e not in installed]:
+            decision = preflight.decide(env_name, gpus[0], gpu_builds.get(env_name)) if device == "cuda" else None
+            if decision is not None and not decision.runs:
+                continue
+            build = decision.build if decision else None
+            env = ENVS[env_name]
+            if envs.status(env, device, pythons.get(env_name), build) == "ready" or \
+                    (env.needs_python and env_name not in pythons):
+                continue
+            wheelhouse.check(args.wheelhouse, env.requirements(device, build),
+                             envs.python_version(pythons.get(env_name) or envs.default_python()),
+                             "environment %s" % env_name, pip_spec=env.pip)
+    facts = {}
+    for env_name in [e for e in env_names if e in installed]:
+        used = [t for t in targets if t.env == env_name]
+        facts[env_name], lines = installed_mod.check_env(ENVS[env_name], device, used, installed[env_name])
+        print("\n".join(lines))
+    return facts
+
+
 def shown(path: str) -> str:
     """A path as the user reads it best: relative inside the current directory, absolute outside."""
     rel = os.path.relpath(path)
@@ -276,6 +343,8 @@ def _main(argv=None) -> int:
                       "targets (mxnet, mxnet+static)" % args.mxnet_dp)
     pythons, notes, python_errors, discovered = resolve_pythons(args, env_names)
     errors += python_errors
+    installed, installed_errors = resolve_installed(args)
+    errors += installed_errors
     try:
         gpu_builds = preflight.env_overrides()
     except ValueError as e:
@@ -297,8 +366,21 @@ def _main(argv=None) -> int:
         if args.migrate_to and not args.migrate:
             errors.append("--migrate-to names the destinations of --migrate; add --migrate")
         errors = [e for e in errors if e]
+    if args.wheelhouse_python and not re.match(r"^3\.\d+$", args.wheelhouse_python):
+        errors.append("--wheelhouse-python %s: expected a version such as 3.12" % args.wheelhouse_python)
+    if (args.wheelhouse_python or args.wheelhouse_platform) and not args.prepare_wheelhouse:
+        errors.append("--wheelhouse-python and --wheelhouse-platform describe the machine of --prepare-wheelhouse DIR; "
+                      "add it")
+    args.wheelhouse = args.wheelhouse or os.environ.get("DS2_WHEELHOUSE") or None
+    if args.wheelhouse and not args.prepare_wheelhouse:
+        args.wheelhouse = os.path.abspath(args.wheelhouse)
+        if not os.path.isdir(args.wheelhouse):
+            errors.append("--wheelhouse %s: no such directory" % args.wheelhouse)
+    errors = [e for e in errors if e]
     if errors:
         return error(errors[0])
+    if args.prepare_wheelhouse:          # for another machine: this one's GPU does not matter
+        return _prepare_wheelhouse(args, env_names, gpu_builds)
     gpus = envinfo.gpus()
     device = args.device if args.device != "auto" else ("cuda" if gpus else "cpu")
     if device == "cuda" and not gpus:
@@ -340,6 +422,11 @@ def _main(argv=None) -> int:
             return error("--init-weights: %s (preset %s)" % (e, preset.name))
     if device == "cuda":
         print("\n".join(preflight.report(targets, gpus, gpu_builds)))
+    try:
+        installed_facts = offline_preflight(args, env_names, targets + destinations, device, gpus, gpu_builds, pythons,
+                                            installed)
+    except EnvError as e:            # a wheel the wheelhouse lacks, a package the installed interpreter lacks
+        return error(str(e))
 
     if args.setup_only:
         failed = 0
@@ -349,8 +436,12 @@ def _main(argv=None) -> int:
                 print("%s: skipped: %s" % (env_name, decision.reason))
                 continue
             try:
-                kernel = envs.ensure(ENVS[env_name], device, pythons.get(env_name),
-                                     build=decision.build if decision else None)
+                if env_name in installed:          # nothing to make: the interpreter's kernel
+                    kernel = installed_mod.kernel(ENVS[env_name], device, installed[env_name],
+                                                  installed_facts[env_name])
+                else:
+                    kernel = envs.ensure(ENVS[env_name], device, pythons.get(env_name),
+                                         build=decision.build if decision else None, wheelhouse=args.wheelhouse)
                 print("%s: ready (kernel %s)" % (env_name, kernel))
             except EnvError as e:
                 failed += 1
@@ -360,7 +451,7 @@ def _main(argv=None) -> int:
     command = "python run_all.py" + "".join(" " + shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
     if args.migrate:
         return _migrate(args, targets, destinations, presets, device, results_dir, output, pythons, command, gpus,
-                        discovered, gpu_builds)
+                        discovered, gpu_builds, installed, installed_facts)
     runs = [(t, prec, p) for t in targets for prec in args.precision for p in presets]
     print("Running %d notebook(s) on %s, preset %s (batch size %s, scale %d)%s, results in %s"
           % (len(runs), device, preset.name, ",".join(str(p.batch_size) for p in presets), preset.scale,
@@ -372,7 +463,8 @@ def _main(argv=None) -> int:
         opts = execute.RunOptions(run_preset, precision, args.seed, device, results_dir, timeout=args.timeout,
                                   pythons=pythons, command=command, gpu=gpus[0] if gpus else None,
                                   progress=not args.no_progress, found=discovered, gpu_builds=gpu_builds,
-                                  profile=args.profile, init_weights=args.init_weights)
+                                  profile=args.profile, init_weights=args.init_weights, installed=installed,
+                                  installed_facts=installed_facts, wheelhouse=args.wheelhouse)
         try:
             if args.workers > 1:
                 from . import distributed
@@ -396,8 +488,40 @@ def _main(argv=None) -> int:
     return 0 if "failed" not in statuses else 1
 
 
+def _prepare_wheelhouse(args, env_names, gpu_builds) -> int:
+    """``--prepare-wheelhouse DIR``: every wheel the selected rows' environments and the runner need, for the
+    machine named by --device, --wheelhouse-python and --wheelhouse-platform; then the total size."""
+    device = "cpu" if args.device == "auto" else args.device
+    directory = os.path.abspath(args.prepare_wheelhouse)
+    os.makedirs(directory, exist_ok=True)
+    target_python = args.wheelhouse_python or "%d.%d" % sys.version_info[:2]
+    print("Downloading into %s the wheels of %s (%s) and of the runner, for Python %s%s:"
+          % (shown(directory), ", ".join(env_names), device, target_python,
+             " on " + ", ".join(args.wheelhouse_platform) if args.wheelhouse_platform else " on this platform"))
+    jobs = [(os.path.join(ROOT, "envs", "runner.txt"), target_python, "pip")]
+    for env_name in env_names:
+        env = ENVS[env_name]
+        version = target_python
+        if env.python_problem(version + ".0"):          # CNTK's 3.6, MXNet's <= 3.11: the version it needs
+            version = env.python_versions[1] if env.python_versions[1] else env.python_versions[0]
+            print("  (%s needs Python %s: its wheels are for %s)" % (env_name, env.python_range(), version))
+        build = preflight.get_build(env_name, gpu_builds[env_name]) if device == "cuda" and env_name in gpu_builds \
+            else None                               # a forced build (--gpu-build), else the default CUDA pins
+        jobs.append((env.requirements(device, build), version, env.pip))
+    try:
+        for requirements, version, pip_spec in jobs:
+            wheelhouse.download(directory, requirements, version, args.wheelhouse_platform, pip_spec)
+    except EnvError as e:
+        return error(str(e))
+    files = [n for n in os.listdir(directory) if n.endswith(".whl")]
+    print("Wrote %d wheels, %s in all, to %s. On the machine without a registry: python run_all.py --wheelhouse %s"
+          % (len(files), wheelhouse.shown_size(wheelhouse.total_bytes(directory)), shown(directory),
+             shown(directory)))
+    return 0
+
+
 def _migrate(args, targets, destinations, presets, device, results_dir, output, pythons, command, gpus, discovered,
-             gpu_builds) -> int:
+             gpu_builds, installed, installed_facts) -> int:
     """``--migrate``: the matrix of every selected source's export loaded into every destination (``--migrate-to``,
     else the sources), per precision and batch size (runner/migrate.py); then results.md."""
     from . import migrate
@@ -411,7 +535,9 @@ def _migrate(args, targets, destinations, presets, device, results_dir, output, 
         for run_preset in presets:
             opts = execute.RunOptions(run_preset, precision, args.seed, device, results_dir, timeout=args.timeout,
                                       pythons=pythons, command=command, gpu=gpus[0] if gpus else None,
-                                      progress=not args.no_progress, found=discovered, gpu_builds=gpu_builds)
+                                      progress=not args.no_progress, found=discovered, gpu_builds=gpu_builds,
+                                      installed=installed, installed_facts=installed_facts,
+                                      wheelhouse=args.wheelhouse)
             try:
                 statuses += [r["status"] for r in migrate.run_matrix(targets, opts, destinations=destinations)]
             except interrupt.Interrupted as e:

@@ -727,7 +727,7 @@ def run_target(target: Target, opts, workers: int, announce=print, python: Optio
         rec["environment"] = envinfo.collect()
         rec["distributed"] = dict(section)
         rec["run"] = run_section(extra)
-        results.write_record(record_path, rec)
+        results.write_record(record_path, execute.mark_as_is(rec, target, opts))
         announce("  %s: %s" % (status, rec["error"]))
         return rec
 
@@ -753,11 +753,13 @@ def run_target(target: Target, opts, workers: int, announce=print, python: Optio
     venv = None
     if python is not None and os.path.exists(os.path.join(os.path.dirname(os.path.dirname(python)), "pyvenv.cfg")):
         venv = os.path.dirname(os.path.dirname(python))       # an interpreter given by hand: still its venv's env
+    if python is None and target.env in opts.installed:     # --use-installed: the interpreter as it is
+        python = opts.installed[target.env]
     if python is None:
         env = ENVS[target.env]
         try:
             envs.ensure(env, opts.device, opts.pythons.get(env.name), announce=announce,
-                        build=decision.build if decision else None)
+                        build=decision.build if decision else None, wheelhouse=opts.wheelhouse)
         except EnvError as e:
             missing = env.needs_python and env.name not in opts.pythons
             return finish("skipped" if missing else "failed", "environment %s: %s" % (env.name, e))
@@ -846,7 +848,7 @@ def run_target(target: Target, opts, workers: int, announce=print, python: Optio
         problems.append("not equivalent to the single-worker run %s: %s" % (eq.get("reference"), eq.get("error")))
     if problems and rec.get("status") == "ok":
         rec["status"], rec["error"] = "failed", results.one_line(problems[0])
-    results.write_record(record_path, rec)
+    results.write_record(record_path, execute.mark_as_is(rec, target, opts))
     if rec["status"] == "ok":
         t = rec.get("timing") or {}
         announce("  ok: %d workers, %.1f s of audio per second; equivalence with 1 worker: %s"

@@ -74,11 +74,13 @@ def status(env: Env, device: str, python: Optional[str] = None, build: Optional[
     return "ready"
 
 
-def ensure(env: Env, device: str, python: Optional[str] = None, announce=print, build: Optional[Build] = None) -> str:
+def ensure(env: Env, device: str, python: Optional[str] = None, announce=print, build: Optional[Build] = None,
+           wheelhouse: Optional[str] = None) -> str:
     """Create (if needed) the environment and register its kernel; returns the kernel name.
 
     ``python`` is an interpreter to build it from (default: the runner's base interpreter); ``build``
-    the CUDA build chosen by runner/preflight.py (its own pins and environment, ``<env>-cuda-<build>``).
+    the CUDA build chosen by runner/preflight.py (its own pins and environment, ``<env>-cuda-<build>``);
+    ``wheelhouse`` a directory to install from with no index (runner/wheelhouse.py).
     Raises :class:`EnvError` with a one-line reason when it cannot be made.
     """
     if env.needs_python and not python:
@@ -111,7 +113,10 @@ def ensure(env: Env, device: str, python: Optional[str] = None, announce=print, 
         os.makedirs(ENVS_DIR, exist_ok=True)
         if os.path.exists(log):
             os.remove(log)
-        create_venv(path, req, base, stamp, log, pip=env.pip)
+        if wheelhouse:
+            from . import wheelhouse as wh
+            wh.check(wheelhouse, req, version, "environment %s" % env.name, pip_spec=env.pip)
+        create_venv(path, req, base, stamp, log, pip=env.pip, wheelhouse=wheelhouse)
         if env.post_create:
             try:
                 env.post_create(path)

@@ -18,7 +18,7 @@ from common import envinfo, results
 from common.data import DeepMarkIterator
 from common.spec import Preset, get_preset
 
-from . import envs, interrupt, preflight
+from . import envs, installed, interrupt, preflight
 from .bootstrap import ROOT, EnvError
 from .targets import ENVS, Target
 
@@ -28,7 +28,9 @@ class RunOptions:
                  timeout: Optional[float] = None, pythons: Optional[Dict[str, str]] = None,
                  command: str = "", gpu: Optional[dict] = None, progress: bool = True,
                  found: Optional[Set[str]] = None, gpu_builds: Optional[Dict[str, str]] = None,
-                 profile: bool = False, init_weights: Optional[str] = None):
+                 profile: bool = False, init_weights: Optional[str] = None,
+                 installed: Optional[Dict[str, str]] = None, installed_facts: Optional[Dict[str, dict]] = None,
+                 wheelhouse: Optional[str] = None):
         self.preset = preset
         self.precision = precision
         self.seed = seed
@@ -43,6 +45,9 @@ class RunOptions:
         self.gpu_builds = gpu_builds or {}  # env name -> CUDA build forced with --gpu-build (runner/preflight.py)
         self.profile = profile          # profile one training step (the notebook's ``profile`` parameter)
         self.init_weights = init_weights  # a canonical .npz every notebook starts from (``init_weights``), or None
+        self.installed = installed or {}  # env name -> an interpreter run as it is (--use-installed)
+        self.installed_facts = installed_facts or {}   # env name -> its preflight (runner/installed.py probe)
+        self.wheelhouse = wheelhouse    # environments are made from this directory, no index (--wheelhouse)
 
     @property
     def device_slug(self) -> str:
@@ -62,6 +67,28 @@ def git_commit() -> Optional[str]:
     except OSError:
         return None
     return (sha + ("-dirty" if dirty.strip() else "")) if sha else None
+
+
+def prepare_kernel(env, opts: RunOptions, build=None, announce=print) -> str:
+    """The Jupyter kernel ``env``'s rows run in: the interpreter as installed (--use-installed; nothing is made),
+    or the environment's own, made or updated from its pins.  Raises EnvError with one line."""
+    if env.name in opts.installed:
+        python = opts.installed[env.name]
+        return installed.kernel(env, opts.device, python, opts.installed_facts.get(env.name)
+                                or installed.check_env(env, opts.device, [], python)[0])
+    return envs.ensure(env, opts.device, opts.pythons.get(env.name), announce=announce, build=build,
+                       wheelhouse=opts.wheelhouse)
+
+
+def mark_as_is(rec: dict, target: Target, opts: RunOptions) -> dict:
+    """A record of a row that ran in an interpreter as installed: ``as_is`` and ``run.installed`` (its versions)."""
+    env = target.env
+    if env in opts.installed:
+        rec["as_is"] = True
+        rec.setdefault("run", {})["installed"] = installed.record_section(opts.installed[env],
+                                                                          opts.installed_facts.get(env) or {
+                                                                              "python": None, "packages": {}})
+    return rec
 
 
 def record_stem(target: Target, opts: RunOptions) -> str:
@@ -242,7 +269,7 @@ def run_target(target: Target, opts: RunOptions, announce=print) -> dict:
 
     def done(rec: dict) -> dict:
         with interrupt.deferred():     # a record is written whole, and then it stands
-            results.write_record(record_path, rec)
+            results.write_record(record_path, mark_as_is(rec, target, opts))
             written.append(rec)
             if rec["status"] == "ok":
                 t = rec.get("timing", {})
@@ -283,8 +310,7 @@ def _run(target, opts, announce, finish, done, staged, partial_nb, notebook_out,
         if reason:
             return finish("skipped", "environment %s: %s" % (env.name, reason))
     try:
-        kernel = envs.ensure(env, opts.device, opts.pythons.get(env.name), announce=announce,
-                             build=decision.build if decision else None)
+        kernel = prepare_kernel(env, opts, decision.build if decision else None, announce)
     except EnvError as e:
         missing = env.needs_python and env.name not in opts.pythons   # not given: skipped, not broken
         return finish("skipped" if missing else "failed", "environment %s: %s" % (env.name, e))

@@ -32,7 +32,7 @@ from common import envinfo, exports, reference, results
 from common.data import DeepMarkIterator
 from common.weights import load_weights
 
-from . import envs, execute, interrupt
+from . import execute, interrupt
 from .bootstrap import ROOT, EnvError
 from .targets import ENVS, Target
 
@@ -255,8 +255,7 @@ def kernel_for(target: Target, opts: "execute.RunOptions", announce=print) -> Tu
         if why:
             return None, ("skipped", "environment %s: %s" % (env.name, why))
     try:
-        return envs.ensure(env, opts.device, opts.pythons.get(env.name), announce=announce,
-                           build=decision.build if decision else None), None
+        return execute.prepare_kernel(env, opts, decision.build if decision else None, announce), None
     except EnvError as e:
         missing = env.needs_python and env.name not in opts.pythons
         return None, ("skipped" if missing else "failed", "environment %s: %s" % (env.name, e))

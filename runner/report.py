@@ -39,7 +39,7 @@ PLOTS = OrderedDict([
 
 # ---- selecting and naming records ---------------------------------------------------------
 def _label(rec: dict) -> str:
-    return "%s %s" % (rec["target"], rec.get("precision") or "")
+    return "%s %s%s" % (rec["target"], rec.get("precision") or "", " (as installed)" if rec.get("as_is") else "")
 
 
 def _group_key(rec: dict):
@@ -199,7 +199,8 @@ def speed_rows(records: List[dict]) -> "OrderedDict":
             twin = None if is_variant(rec) or speed is None else fastest_variant(rec, records)
             status = rec.get("status") or "?"
             rows.append(OrderedDict([
-                ("Row", rec["target"]), ("Framework", rec.get("framework")),
+                ("Row", rec["target"] + (" (as installed)" if rec.get("as_is") else "")),
+                ("Framework", rec.get("framework")),
                 ("Variant", (rec.get("variant") or rec["target"].partition("+")[2] or "?") if is_variant(rec)
                  else "(row of record)"),
                 ("Precision", rec.get("precision")), ("Batch", rec.get("batch_size")),
@@ -871,7 +872,9 @@ def render(results_dir: str, command: str, commit: Optional[str], output: str) -
         "Audio s/s: seconds of audio trained per second of wall time over the timed pass (the headline). "
         "Fwd ms: forward-only milliseconds for a batch of 1 s and of 15 s utterances. Peak mem: device memory "
         "on a GPU, the process's peak resident memory on a CPU. First-loss check: relative difference from the "
-        "NumPy reference.",
+        "NumPy reference." + (" A row marked *(as installed)* ran in an interpreter whose frameworks were already "
+                              "installed (`run_all.py --use-installed`): its versions, under Environments, are not "
+                              "the pins'." if any(r.get("as_is") for r in all_records) else ""),
         "",
         "## Speed and efficiency",
         "",

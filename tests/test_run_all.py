@@ -45,6 +45,11 @@ def fake_python(path, version, shared=True):
     (["--python", "nosuchenv=/usr/bin/python3"], "expected ENV=PATH"),
     (["--device", "tpu"], "invalid choice: 'tpu'"),
     (["--migrate", "--migrate-to", "theano"], "argument --migrate-to: unknown framework 'theano'"),
+    (["--use-installed", "theano=/usr/bin/python3"], "argument --use-installed: expected ENV=PATH with ENV one of"),
+    (["--use-installed", "pytorch=/nonexistent/python3"], "--use-installed pytorch=/nonexistent/python3: no such "
+                                                           "executable"),
+    (["--use-installed", "pytorch=/usr/bin/python3", "--python", "pytorch=/usr/bin/python3"],
+     "--use-installed pytorch and --python pytorch: one runs the interpreter as it is"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, message):
     one_error_line(cli(*args), message)
