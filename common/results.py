@@ -249,6 +249,7 @@ TABLE_COLUMNS = [
     ("First-loss check", "loss_check", "{}"),
     ("Final loss", "losses.last", "{:.4f}"),
     ("Status", "status_text", "{}"),
+    ("Notebook", "notebook_link", "{}"),
 ]
 
 

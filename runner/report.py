@@ -12,6 +12,7 @@ differences measured on the exports (runner/migrate.py), the environments, and h
 (older records) keeps its rows, with dashes.
 """
 import os
+import sys
 from collections import OrderedDict
 from typing import List, Optional
 
@@ -29,6 +30,7 @@ from .bootstrap import ROOT
 
 K_STEPS = 10          # losses compared across frameworks: the first K training steps
 PLOTS = OrderedDict([
+    ("summary", "summary.png"),
     ("throughput", "throughput.png"),
     ("step_time", "step_time_by_length.png"),
     ("trajectories", "loss_trajectories.png"),
@@ -71,6 +73,105 @@ def _bench_groups(records: List[dict]) -> "OrderedDict":
                                               r.get("batch_size") or 0)):
         groups.setdefault(_bench_key(rec), []).append(rec)
     return groups
+
+
+# ---- the summary: one group per device and preset --------------------------------------------------------
+#: the order of the summary's groups after the GPU ones: the full model first, the smoke check last
+PRESET_ORDER = ("deepmark", "quick", "cpu", "smoke")
+
+
+def summary_key(rec: dict) -> tuple:
+    """A summary group: the device and the preset (every batch size of them)."""
+    return ((rec.get("device") or {}).get("type"), (rec.get("device") or {}).get("name"), rec.get("preset"))
+
+
+def _summary_order(key) -> tuple:
+    dtype, name, preset = key
+    return (dtype != "cuda", PRESET_ORDER.index(preset) if preset in PRESET_ORDER else len(PRESET_ORDER),
+            str(name), str(preset))
+
+
+def summary_groups(records: List[dict]) -> "OrderedDict":
+    """{(device type, device name, preset): [completed fp32 single-process rows of record]}: GPU groups first,
+    then the full model's presets before the smoke check's."""
+    groups = {}
+    for rec in _ok(records):
+        if is_variant(rec) or rec.get("precision") != "fp32" or (rec.get("distributed") or {}).get("world_size"):
+            continue
+        if _speed(rec) is not None:
+            groups.setdefault(summary_key(rec), []).append(rec)
+    return OrderedDict((k, groups[k]) for k in sorted(groups, key=_summary_order))
+
+
+def summary_title(key, recs: List[dict]) -> str:
+    dtype, name, preset = key
+    day = max((((r.get("run") or {}).get("finished") or "")[:10] for r in recs), default="")
+    return "%s on %s%s" % (preset, name or dtype or "an unknown device", ", %s" % day if day else "")
+
+
+def summary_section(records: List[dict]) -> List[str]:
+    """The page's first lines: per device and preset, each framework's audio s/s at each batch size, its rank in
+    the group and its ratio to the group's fastest; and, when no record ran on a GPU, that sentence."""
+    groups = summary_groups(records)
+    no_gpu = not any((r.get("device") or {}).get("type") == "cuda" for r in records)
+    gpu_line = ("No record here ran on a GPU: `python run_all.py` on a machine with an NVIDIA GPU makes them."
+                if no_gpu else "")
+    if not groups:
+        return ["## Summary", "", "_No completed run yet._ " + gpu_line, ""]
+    columns = []                                      # (group key, batch size)
+    for key, recs in groups.items():
+        columns += [(key, b) for b in sorted(set(r["batch_size"] for r in recs))]
+    cell, ranked = {}, {}
+    for key, recs in groups.items():
+        top = max(_speed(r) for r in recs)
+        for rank, rec in enumerate(sorted(recs, key=lambda r: -_speed(r)), 1):
+            cell[(rec["target"], key, rec["batch_size"])] = "%s (%d, %.2f)" % (_fmt(_speed(rec), "{:.3g}"), rank,
+                                                                               _speed(rec) / top)
+            ranked.setdefault(key, []).append(rec["target"])
+    names = []
+    for key in groups:                                # the first group's ranking, then what it lacks
+        for name in ranked[key]:
+            if name not in names:
+                names.append(name)
+    head = ["Row"] + ["#%d %s, batch %d" % (list(groups).index(k) + 1, k[2], b) for k, b in columns]
+    lines = ["## Summary", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name in names:
+        lines.append("| %s | %s |" % (name, " | ".join(cell.get((name, k, b), "\u2013") for k, b in columns)))
+    legend = "; ".join("#%d: %s" % (i, summary_title(k, groups[k])) for i, k in enumerate(groups, 1))
+    lines += ["", "Seconds of audio trained per second (rank in its group, \u00f7 the group's fastest); rows of "
+              "record at fp32, in the order of group #1. %s. %s" % (legend, gpu_line), ""]
+    return lines
+
+
+#: the table of record's columns within a group: the device and preset are the group's; the version, audio
+#: hours and parameter count are under Environments
+RECORD_COLUMNS = [c[0] for c in results.TABLE_COLUMNS if c[0] not in ("Device", "Preset", "Version", "Audio h",
+                                                                       "Params")]
+
+
+def notebook_link(rec: dict, output: str) -> Optional[str]:
+    """A Markdown link from ``output`` to the record's executed notebook, where that file exists."""
+    path = (rec.get("run") or {}).get("executed_notebook")
+    if not path:
+        return None
+    path = path if os.path.isabs(path) else os.path.join(ROOT, path)
+    if not os.path.exists(path):
+        return None
+    return "[ipynb](%s)" % os.path.relpath(path, os.path.dirname(os.path.abspath(output)))
+
+
+def record_tables(records: List[dict], output: str) -> List[str]:
+    """The table of record, one table per device and preset (every batch size and precision of them), each
+    under its heading: the summary's groups first, in its order, then groups with no completed row."""
+    groups = OrderedDict()
+    for rec in sorted(records, key=lambda r: _summary_order(summary_key(r))):
+        groups.setdefault(summary_key(rec), []).append(rec)
+    lines = []
+    for key, recs in groups.items():
+        df = results.records_frame(recs)
+        df["notebook_link"] = [notebook_link(r, output) for r in recs]
+        lines += ["### %s" % summary_title(key, recs), "", results.render_markdown(df, RECORD_COLUMNS)]
+    return lines
 
 
 def row_of_record(rec: dict) -> str:
@@ -161,7 +262,7 @@ def agreement_rows(records: List[dict], controls: Optional[List[dict]] = None) -
                 rel = float(np.max(np.abs(mine[:n] - theirs[:n]) / np.abs(theirs[:n])))
         rows.append(OrderedDict([
             ("Row", _label(rec)), ("Device", (rec.get("device") or {}).get("name")), ("Preset", rec.get("preset")),
-            ("First loss", loss.get("framework")), ("NumPy reference", loss.get("reference")),
+            ("Batch", rec.get("batch_size")), ("First loss", loss.get("framework")), ("NumPy reference", loss.get("reference")),
             ("Rel. diff", loss.get("rel_diff")), ("Check", "pass" if loss.get("ok") else "FAIL"),
             ("Max rel. diff of first %d step losses vs PyTorch" % K_STEPS,
              "(reference row)" if twin is rec else rel),
@@ -282,30 +383,31 @@ def profile_rows(records: List[dict]) -> List[OrderedDict]:
 
 
 # ---- the ONNX exit route (issue #22) ----------------------------------------------------------------------
-ONNX_NOTE = ("ONNX exit route (issue #22): every notebook's section 11b exports its trained inference-mode model "
-             "(BatchNorm with running statistics, no CTC, batch and time axes dynamic) with its framework's own "
-             "exporter; onnxruntime's CPU provider runs the file on a held-out batch (seed + 1, %d utterances of "
-             "%d s: a batch size and a length the export never traced) and its logits are held to the framework's "
-             "own inference-mode logits and to the NumPy reference's inference mode of the exported canonical "
-             "state, each within %s relative to the largest logit (`common/onnx_check.py`). Nodes: every node "
-             "of the graph and its subgraphs (Loop and Scan bodies), the three commonest op types. Inference "
-             "audio s/s: the held-out batch's seconds of audio over the median of %d runs after one untimed run, "
-             "onnxruntime and the framework in the same process. Check a file again: "
-             "`python -m common.onnx_check results/weights/<record>.onnx`.")
+ONNX_NOTE = "\n".join([
+    "- Every notebook's section 11b exports its trained inference-mode model (running statistics, no CTC, batch "
+    "and time axes dynamic) with its framework's own exporter.",
+    "- onnxruntime's CPU provider runs the file on a held-out batch (seed + 1, %d utterances of %d s: a shape the "
+    "export never traced); its logits must match the framework's and the NumPy reference's within %s relative "
+    "(`common/onnx_check.py`).",
+    "- Nodes: every node, subgraphs included, and the three commonest op types. Inference audio s/s: the median of "
+    "%d runs after one untimed run, onnxruntime and the framework in the same process.",
+    "- Check a file again: `python -m common.onnx_check results/weights/<record>.onnx`."])
 
 
 def onnx_rows(records: List[dict]) -> List[OrderedDict]:
-    """One row per completed record: its ``onnx`` section (exporter, opset, file, nodes, the two differences,
-    inference throughput of onnxruntime and of the framework), or why it has none."""
+    """One row per completed record that has an ``onnx`` section: exporter, opset, file, nodes, the two
+    differences, inference throughput of onnxruntime and of the framework, or why the export failed."""
     rows = []
     for rec in _ok(records):
-        o = rec.get("onnx") or {}
+        if not rec.get("onnx"):
+            continue
+        o = rec["onnx"]
         tp = o.get("throughput") or {}
         ort_s = _number((tp.get("onnxruntime") or {}).get("audio_s_per_s"))
         fw_s = _number((tp.get("framework") or {}).get("audio_s_per_s"))
         nodes = o.get("nodes") or {}
         top = ", ".join("%s %d" % (k, v) for k, v in list(nodes.items())[:3])
-        reason = o.get("reason") if o else "no onnx section: record made before issue #22"
+        reason = o.get("reason")
         if o.get("status") == "ok" and o.get("workaround"):
             reason = "workaround: %s" % o["workaround"]
         rows.append(OrderedDict([
@@ -323,15 +425,45 @@ def onnx_rows(records: List[dict]) -> List[OrderedDict]:
     return rows
 
 
-def onnx_section(records: List[dict]) -> List[str]:
+def experiment_onnx_lines(results_dir: str, output: str) -> List[str]:
+    """A line per experiment directory (``<results>/experiments/*``) whose records have ONNX sections: a link and
+    its headline figures (how many exports pass, the largest differences)."""
+    base = os.path.join(results_dir, "experiments")
+    lines = []
+    for name in sorted(os.listdir(base)) if os.path.isdir(base) else []:
+        d = os.path.join(base, name, "records")
+        recs = [r for r in (results.read_records(d) if os.path.isdir(d) else []) if r.get("onnx")]
+        if not recs:
+            continue
+        ok = [r["onnx"] for r in recs if r["onnx"].get("status") == "ok"]
+        worst = lambda k: max((_number((o.get(k) or {}).get("max_rel")) or 0.0) for o in ok) if ok else None  # noqa
+        link = os.path.relpath(os.path.join(base, name), os.path.dirname(os.path.abspath(output)))
+        lines.append("- [%s](%s): %d of %d exports pass (%s); the largest difference from the framework %s, from the "
+                     "NumPy reference %s." % (link, link, len(ok), len(recs), ", ".join(sorted(set(
+                         "%s %s" % (r.get("preset"), (r.get("device") or {}).get("name")) for r in recs))),
+                         _fmt(worst("vs_framework"), "{:.1e}"), _fmt(worst("vs_reference"), "{:.1e}")))
+    return lines
+
+
+def onnx_section(records: List[dict], results_dir: str = "", output: str = "results.md") -> List[str]:
     rows = onnx_rows(records)
-    if not rows:
+    older = len([r for r in _ok(records) if not r.get("onnx")])
+    experiments = experiment_onnx_lines(results_dir, output) if results_dir else []
+    if not rows and not older and not experiments:
         return []
     rtol = ("%.0e" % ONNX_RTOL).replace("e-0", "e-")
-    return ["## ONNX exit route", "", ONNX_NOTE % (HELD_OUT_BATCH_SIZE, HELD_OUT_SECONDS, rtol, REPEATS), "",
-            md_table(rows, {"MB": "{:.1f}", "Max rel. diff vs framework": "{:.1e}", "vs NumPy reference": "{:.1e}",
-                            "onnxruntime audio s/s": "{:.1f}", "Framework audio s/s": "{:.1f}",
-                            "onnxruntime \u00f7 framework": "{:.2f}"})]
+    out = ["## ONNX exit route", "", ONNX_NOTE % (HELD_OUT_BATCH_SIZE, HELD_OUT_SECONDS, rtol, REPEATS), ""]
+    if rows:
+        out.append(md_table(rows, {"MB": "{:.1f}", "Max rel. diff vs framework": "{:.1e}",
+                                   "vs NumPy reference": "{:.1e}", "onnxruntime audio s/s": "{:.1f}",
+                                   "Framework audio s/s": "{:.1f}", "onnxruntime \u00f7 framework": "{:.2f}"}))
+    if older:
+        out += ["%d older record%s no ONNX section (made before the export existed)." % (
+            older, " has" if older == 1 else "s have"), ""]
+    if experiments:
+        out += ["Experiments with ONNX exports, apart from this table (another machine or preset):", ""] \
+            + experiments + [""]
+    return out
 
 
 # ---- the float64 control (issue #12) --------------------------------------------------------------------
@@ -378,7 +510,8 @@ def control_section(records: List[dict], controls: List[dict]) -> str:
     return ("**Float64 control.** The PyTorch notebook run in float64 (`run_all.py --frameworks pytorch --precision "
             "fp64`) is the trajectory rounding cannot explain away: column *%s* is each fp32 row's largest relative "
             "deviation from it (warm-up and timed steps), to be read against PyTorch fp32's own. The control is no "
-            "row of any table or plot but this one (dashed in the loss plot). %s.\n" % (CONTROL_COLUMN, "; ".join(parts)))
+            "row of any table or plot but this one (dashed in the loss plot).\n\n%s.\n" % (CONTROL_COLUMN,
+                                                                                  "; ".join(parts)))
 
 
 # ---- the migration matrix (run_all.py --migrate, issue #12) ----------------------------------------------
@@ -536,13 +669,14 @@ def migration_section(results_dir: str, records: List[dict], records_dir: str,
     for (preset, precision, device, batch), recs in migration_groups(migrations).items():
         table, notes = migration_matrix(recs)
         lines += ["## Migration matrix (%s, %s, %s)" % (preset, precision, device), "",
-                  "`run_all.py --migrate`: each source framework's exported canonical weights (after its timed "
+                  "- `run_all.py --migrate`: each source framework's exported canonical weights (after its timed "
                   "epoch, batch %s) loaded into each destination notebook (its cells through the correctness check, "
-                  "then its export cell; no training). Cell: the largest relative difference of the destination's "
-                  "inference-mode logits of the check batch from the source's own (max |a - b| / max |b|) / the "
-                  "relative difference of their CTC losses (NumPy CTC). Bold: the round trip framework \u2192 "
-                  "canonical \u2192 the same framework. Every destination also passed its inference check against "
-                  "the NumPy reference of the file it loaded." % batch, "", table]
+                  "then its export cell; no training).\n"
+                  "- Cell: the largest relative difference of the destination's inference-mode logits of the check "
+                  "batch from the source's own (max |a - b| / max |b|) / the relative difference of their CTC losses "
+                  "(NumPy CTC). Bold: the round trip framework \u2192 canonical \u2192 the same framework.\n"
+                  "- Every destination also passed its inference check against the NumPy reference of the file it "
+                  "loaded; a dash: a pair not run (`--migrate-to`)." % batch, "", table]
         if notes:
             lines += ["\n".join("%d. %s" % (i, n) for i, n in enumerate(notes, 1)), ""]
     if conventions:
@@ -607,28 +741,42 @@ def environment_rows(records: List[dict]) -> List[OrderedDict]:
         extra = ", ".join("%s %s" % (k, v) for k, v in sorted(versions.items())
                           if k not in ("framework", "python", "numpy") and v is not None)
         rows.append(OrderedDict([
-            ("Row", _label(rec)), ("Status", rec["status"]),
-            ("Framework version", versions.get("framework")), ("Python", versions.get("python") or env.get("python")),
+            ("Row", _label(rec)), ("Preset", rec.get("preset")), ("Batch", rec.get("batch_size")),
+            ("Status", rec["status"]), ("Framework version", versions.get("framework")), ("Python", versions.get("python") or env.get("python")),
             ("NumPy", versions.get("numpy")), ("Other versions", extra or None),
             ("GPU", ", ".join(g.get("name", "?") for g in gpus) or None),
             ("Driver", gpus[0].get("driver") if gpus else None), ("CUDA (driver)", env.get("cuda_driver")),
             ("CPU", env.get("cpu")), ("OS", env.get("os")),
+            ("Audio h", _number((rec.get("data") or {}).get("audio_hours"))),
+            ("Params", ((rec.get("checks") or {}).get("params") or {}).get("count")),
         ]))
     return rows
 
 
+def _made_on(rec: dict) -> Optional[str]:
+    """The machine a record was made on: its GPU's name, else its CPU's."""
+    env = rec.get("environment") or {}
+    gpus = env.get("gpus") or []
+    return gpus[0].get("name") if gpus else env.get("cpu") or (rec.get("device") or {}).get("name")
+
+
 def provenance_rows(records: List[dict]) -> List[OrderedDict]:
+    """One row per command and machine that made records: the commits, when, and which rows."""
     seen = OrderedDict()
-    for rec in records:
+    for rec in sorted(records, key=lambda r: (r.get("run") or {}).get("started") or ""):
         run = rec.get("run") or {}
-        key = (run.get("command"), run.get("git_commit"))
-        entry = seen.setdefault(key, {"rows": [], "first": run.get("started"), "last": run.get("finished")})
-        entry["rows"].append(_label(rec))
+        key = (run.get("command"), _made_on(rec))
+        entry = seen.setdefault(key, {"rows": [], "commits": [], "first": run.get("started"),
+                                      "last": run.get("finished")})
+        entry["rows"].append(_label(rec) + (" bs%s" % rec.get("batch_size") if rec.get("batch_size") else ""))
+        if run.get("git_commit") and run["git_commit"][:12] not in entry["commits"]:
+            entry["commits"].append(run["git_commit"][:12])
         entry["first"] = min(filter(None, [entry["first"], run.get("started")]), default=None)
         entry["last"] = max(filter(None, [entry["last"], run.get("finished")]), default=None)
-    return [OrderedDict([("Command", "`%s`" % cmd if cmd else None), ("Commit", commit), ("Started", e["first"]),
-                         ("Finished", e["last"]), ("Rows", ", ".join(e["rows"]))])
-            for (cmd, commit), e in seen.items()]
+    return [OrderedDict([("Command", "`%s`" % cmd if cmd else None), ("Machine", machine),
+                         ("Commits", ", ".join(e["commits"]) or None), ("Started", e["first"]),
+                         ("Finished", e["last"]), ("Records", len(e["rows"])), ("Rows", ", ".join(e["rows"]))])
+            for (cmd, machine), e in seen.items()]
 
 
 # ---- plots ---------------------------------------------------------------------------------
@@ -649,6 +797,30 @@ def _save(fig, path: str) -> None:
         _plt().close(fig)
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def plot_summary(records: List[dict], path: str) -> bool:
+    """The summary's comparison: audio s/s of each row of record and batch size, one panel per device and preset."""
+    groups = summary_groups(records)
+    if not groups:
+        return False
+    plt = _plt()
+    fig, axes = plt.subplots(len(groups), 1, figsize=(9, 0.9 + sum(0.32 * len(g) + 0.7 for g in groups.values())),
+                             squeeze=False, gridspec_kw={"height_ratios": [len(g) + 1 for g in groups.values()]})
+    for i, (ax, (key, recs)) in enumerate(zip(axes[:, 0], groups.items()), 1):
+        recs = sorted(recs, key=_speed)
+        top = _speed(recs[-1])
+        ax.barh(["%s, batch %d" % (r["target"], r["batch_size"]) for r in recs], [_speed(r) for r in recs],
+                color="#4477aa")
+        for j, r in enumerate(recs):
+            ax.text(_speed(r), j, " %.3g (%.2f)" % (_speed(r), _speed(r) / top), va="center", fontsize=8)
+        ax.set_xlim(0, top * 1.25)
+        ax.set_xlabel("seconds of audio trained per second (\u00f7 the fastest)", fontsize=8)
+        ax.set_title("#%d: %s" % (i, summary_title(key, recs)), fontsize=9)
+        ax.tick_params(labelsize=8)
+    fig.tight_layout()
+    _save(fig, path)
+    return True
 
 
 def plot_throughput(records: List[dict], path: str) -> bool:
@@ -839,11 +1011,10 @@ def render(results_dir: str, command: str, commit: Optional[str], output: str) -
     all_records = results.read_records(records_dir) if os.path.isdir(records_dir) else []
     controls = [r for r in all_records if is_control(r)]        # the float64 control: no row anywhere
     records = [r for r in all_records if not is_control(r)]
-    df = results.records_frame(records) if records else None
     plots_dir = os.path.join(results_dir, "plots")
     os.makedirs(plots_dir, exist_ok=True)
     made = {}
-    for name, fn in (("throughput", plot_throughput), ("step_time", plot_step_time),
+    for name, fn in (("summary", plot_summary), ("throughput", plot_throughput), ("step_time", plot_step_time),
                      ("trajectories", lambda recs, p: plot_trajectories(recs, p, controls=controls)),
                      ("flops", plot_flops), ("batch_sweep", plot_batch_sweep)):
         path = os.path.join(plots_dir, PLOTS[name])
@@ -855,20 +1026,23 @@ def render(results_dir: str, command: str, commit: Optional[str], output: str) -
     def image(name, alt):
         return "![%s](%s)\n" % (alt, rel(os.path.join(plots_dir, PLOTS[name]))) if made[name] else ""
 
+    provenance = provenance_rows(all_records)
     lines = [
         "# DS2 Rosetta results",
         "",
-        "Generated by `%s` on %s from %d result record(s) in `%s` (commit `%s`); never edited by hand. "
-        "Generating machine: %s." % (command, results.utc_now(), len(all_records), rel(records_dir),
-                                      commit or "unknown", _machine()),
+        "Generated by `%s` (commit `%s`) on %s from %d result record(s) in `%s`, which %d command(s) made on %d "
+        "machine(s) (the last section lists them); never edited by hand." % (
+            command, commit or "unknown", results.utc_now()[:10], len(all_records), rel(records_dir),
+            len(provenance), len(set(p["Machine"] for p in provenance))),
         "",
-        "Every row names the device it ran on and its preset: compare rows of the same preset and device. "
-        "A framework that could not run keeps its row with the reason. CPU `smoke` rows check correctness "
-        "and the pipeline; they say nothing about GPU speed.",
+    ] + summary_section(records) + [
+        image("summary", "seconds of audio per second per framework and batch size, one panel per device and preset"),
+        "Compare rows of the same device and preset only. A framework that could not run keeps its row with the "
+        "reason. CPU `smoke` rows check correctness and the pipeline; they say nothing about GPU speed.",
         "",
         "## Table of record",
         "",
-        results.render_markdown(df) if df is not None else "_No result records._\n",
+    ] + (record_tables(records, output) if records else ["_No result records._\n"]) + [
         "Audio s/s: seconds of audio trained per second of wall time over the timed pass (the headline). "
         "Fwd ms: forward-only milliseconds for a batch of 1 s and of 15 s utterances. Peak mem: device memory "
         "on a GPU, the process's peak resident memory on a CPU. First-loss check: relative difference from the "
@@ -919,14 +1093,14 @@ def render(results_dir: str, command: str, commit: Optional[str], output: str) -
                   "Max rel. diff of first %d step losses vs PyTorch" % K_STEPS: "{:.1e}", CONTROL_COLUMN: "{:.1e}"}),
         control_section(records, controls),
         image("trajectories", "loss trajectories of all frameworks"),
-    ] + migration_section(results_dir, records, records_dir, controls) + onnx_section(records) \
+    ] + migration_section(results_dir, records, records_dir, controls) + onnx_section(records, results_dir, output) \
         + distributed.report_section(records, md_table) + [
         "## Environments",
         "",
         md_table(environment_rows(all_records)),
         "## How these records were made",
         "",
-        md_table(provenance_rows(all_records)),
+        md_table(provenance),
     ]
     return "\n".join(lines)
 
@@ -949,19 +1123,17 @@ def speed_section(records: List[dict]) -> str:
                                      "% of matmul peak": "{:.1f}", "% of shape roofline": "{:.1f}",
                                      "Row of record \u00f7 fastest variant": "{:.2f}"}))
         parts.append("\n")
-    parts.append(
-        "Variant: `(row of record)` is the framework's highest-level API; a variant (target `<row>+<variant>`, "
-        "`run_all.py --variants`) changes what its description says and passes the same checks. "
-        "\u00f7 fastest of group: audio s/s divided by the fastest row of the group (any batch size and precision). "
-        "Achieved: the training FLOPs of the timed pass (counted from the model's configuration: 2 FLOPs per "
-        "multiply-add of the convolutions, both directions' input and recurrent products, fc and output; x3 for "
-        "forward and backward) divided by its train seconds. % of matmul peak: achieved divided by the same "
-        "notebook's measured square matrix-product rate at the same precision (`flops.efficiency`). % of shape "
-        "roofline: achieved divided by the rate the step would reach if each of its products ran at the rate the "
-        "same notebook measured for its shape (the peaks table below). Row of record "
-        "\u00f7 fastest variant: the row of record's audio s/s divided by its framework's fastest variant's at the "
-        "same batch size and precision; below 1, a variant is faster. A dash: not measured (records made before "
-        "the FLOP accounting have no `flops` section) or not applicable.\n")
+    parts.append("\n".join([
+        "- Variant: `(row of record)` is the framework's highest-level API; a variant (target `<row>+<variant>`, "
+        "`run_all.py --variants`) changes what its description says and passes the same checks.",
+        "- \u00f7 fastest of group: audio s/s over the group's fastest row (any batch size and precision).",
+        "- Achieved: the timed pass's training FLOPs (counted from the model's configuration, forward and backward) "
+        "over its train seconds.",
+        "- % of matmul peak: achieved over the same notebook's measured square matrix-product rate at the same "
+        "precision. % of shape roofline: achieved over the rate the step would reach if each product ran at the "
+        "rate measured for its shape (the peaks below).",
+        "- Row of record \u00f7 fastest variant: below 1, a variant is faster. A dash: not measured or not "
+        "applicable. How the FLOPs are counted: README, \"What is measured\".", ""]))
     return "".join(parts)
 
 
@@ -970,18 +1142,16 @@ def peak_section(records: List[dict]) -> str:
     devices = peak_rows(records)
     if not devices:
         return "_No record has a measured matmul peak._\n"
-    parts = ["Each notebook measures dense matrix products with its own framework on its own device at the run's "
-             "precision (the median of several synchronised measurements after a warm-up): a square product, the "
-             "bd layers' input product for a batch of 8-second utterances and one step of the recurrence. "
-             "Shape roofline: the FLOP/s of a training step whose products each ran at its shape's measured rate "
-             "-- the products that must run one time step after another (the recurrent product forward and its "
-             "gradient with respect to the previous hidden state: %.0f %% of the full model's training FLOPs) at "
-             "the recurrent rate, everything else at the larger of the square and input rates "
-             "(`common.flops.shape_roofline`). It leaves out everything but matrix products and credits the long "
-             "utterances' smaller batches with the batch size's recurrent rate: a ceiling for a step that runs "
-             "one product at a time with this framework on this device, not an estimate. None for `smoke` rows: "
-             "at their widths each measured product is a call overhead of microseconds.\n\n"
-             % (100 * sequential_share(FULL_MODEL))]
+    parts = ["\n".join([
+        "- Each notebook measures dense matrix products with its own framework on its own device at the run's "
+        "precision (the median of several synchronised measurements after a warm-up): a square product, the bd "
+        "layers' input product for 8-second utterances, and one step of the recurrence.",
+        "- Shape roofline: the FLOP/s of a step whose products each ran at its shape's measured rate -- the "
+        "recurrent product forward and its gradient with respect to the previous hidden state (%.0f %% of the "
+        "full model's training FLOPs) at the recurrent rate (`common.flops.shape_roofline`): a ceiling, not an "
+        "estimate." % (100 * sequential_share(FULL_MODEL)),
+        "- None for `smoke` rows: at their widths each measured product is a call overhead of microseconds.",
+        "", ""])]
     for device, (unit, rows, theoretical) in devices.items():
         parts.append("### %s\n\n" % (device or "unknown device"))
         parts.append(md_table(rows, {c: "{:.3g}" for c in (rows[0] if rows else {}) if c.endswith("FLOP/s")})
@@ -1006,3 +1176,23 @@ def _machine() -> str:
 def write(results_dir: str, output: str, command: str, commit: Optional[str]) -> str:
     atomic_write_text(output, render(results_dir, command, commit, output))
     return output
+
+
+def main(argv=None) -> int:
+    """``python -m runner.report [--results-dir DIR] [--output FILE]``: results.md again from the records."""
+    import argparse
+    from .execute import git_commit
+    p = argparse.ArgumentParser(prog="python -m runner.report", description=main.__doc__)
+    p.add_argument("--results-dir", default=os.path.join(ROOT, "results"))
+    p.add_argument("--output", default=None, help="default: results.md, or <results-dir>/results.md")
+    args = p.parse_args(argv)
+    results_dir = os.path.abspath(args.results_dir)
+    output = args.output or (os.path.join(ROOT, "results.md") if results_dir == os.path.join(ROOT, "results")
+                             else os.path.join(results_dir, "results.md"))
+    write(results_dir, output, "python -m runner.report", git_commit())
+    print("Wrote %s" % output)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

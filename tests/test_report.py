@@ -317,3 +317,74 @@ def test_committed_records_efficiency_is_plausible():
         checked.append(rec["target"])
     if not checked:
         pytest.skip("no committed record has a flops section with an efficiency yet")
+
+
+# ---- the summary, one table of record per device and preset, the ONNX table ---------------------------------
+def _grouped_records(tmp_path, gpu=False):
+    """Two devices x two presets: smoke on an AMD EPYC and the cpu preset on a Xeon, each with two frameworks,
+    the cpu preset at two batch sizes; optionally one smoke row on a GPU."""
+    d = tmp_path / "results" / "records"
+    d.mkdir(parents=True)
+    recs = [fixture_record("pytorch", "PyTorch", LOSSES, 500.0), fixture_record("mxnet", "MXNet", LOSSES, 700.0)]
+    for target, framework, speeds in (("pytorch", "PyTorch", (6.0, 7.5)), ("cntk", "CNTK", (8.0, 9.0))):
+        for batch, speed in zip((8, 32), speeds):
+            recs.append(fixture_record(target, framework, LOSSES, speed, device="Intel Xeon", preset="cpu",
+                                       batch_size=batch, onnx={"status": "ok", "opset": 17, "nodes_total": 9,
+                                                               "vs_framework": {"max_rel": 1e-6},
+                                                               "vs_reference": {"max_rel": 2e-6}}
+                                       if target == "pytorch" and batch == 8 else None))
+    if gpu:
+        recs.append(fixture_record("jax", "JAX", LOSSES, 9000.0, device="NVIDIA H100", dtype="cuda"))
+    for i, rec in enumerate(recs):
+        if rec.get("onnx") is None:
+            rec.pop("onnx", None)
+        results.write_record(str(d / ("%02d_%s.json" % (i, rec["target"]))), rec)
+    out = str(tmp_path / "results.md")
+    report.write(str(tmp_path / "results"), out, "python -m runner.report", "abc")
+    return open(out).read()
+
+
+def test_summary_ranks_each_device_and_preset_apart_and_tables_follow_its_groups(tmp_path):
+    md = _grouped_records(tmp_path)
+    summary = md.split("## Summary")[1].split("\n## ")[0]
+    assert len([l for l in summary.strip().splitlines()]) <= 15
+    assert "| Row | #1 cpu, batch 8 | #1 cpu, batch 32 | #2 smoke, batch 8 |" in summary
+    rows = [l for l in summary.splitlines() if l.startswith("| ") and not l.startswith("| Row")]
+    # group #1 (the full-width cpu preset) ranks first: cntk 9.0 (1), pytorch 7.5 (3 at batch 32)...
+    assert rows[0] == "| cntk | 8 (2, 0.89) | 9 (1, 1.00) | \u2013 |"
+    assert rows[1] == "| pytorch | 6 (4, 0.67) | 7.5 (3, 0.83) | 500 (2, 0.71) |"
+    assert rows[2] == "| mxnet | \u2013 | \u2013 | 700 (1, 1.00) |"
+    assert "#1: cpu on Intel Xeon, 2026-11-21; #2: smoke on AMD EPYC, 2026-11-21" in summary
+    # the table of record: one table per device and preset, in the summary's order, without constant columns
+    table = md.split("## Table of record")[1].split("\n## ")[0]
+    assert [l for l in table.splitlines() if l.startswith("### ")] == [
+        "### cpu on Intel Xeon, 2026-11-21", "### smoke on AMD EPYC, 2026-11-21"]
+    header = [l for l in table.splitlines() if l.startswith("| Framework")][0]
+    assert "| Batch |" in header and "Device" not in header and "Preset" not in header and "Version" not in header
+    cpu_rows = [l for l in table.split("### smoke")[0].splitlines() if l.startswith("| ") and "Framework" not in l]
+    assert len(cpu_rows) == 4 and cpu_rows[0].startswith("| CNTK") and "| 32 |" in cpu_rows[0]
+    # Environments carry the version, audio hours and parameter count; agreement and environments a batch
+    for section in ("## Do they compute the same thing?", "## Environments"):
+        assert "| Batch |" in md.split(section)[1].split("\n## ")[0]
+    # provenance: per command and machine
+    made = md.split("## How these records were made")[1]
+    assert "| Command | Machine |" in made and "AMD EPYC" in made
+    assert "which 1 command(s) made on 1 machine(s)" in md
+
+
+def test_no_gpu_sentence_appears_exactly_when_no_record_ran_on_a_gpu(tmp_path):
+    sentence = "No record here ran on a GPU"
+    assert sentence in _grouped_records(tmp_path / "a").split("## Table of record")[0]
+    with_gpu = _grouped_records(tmp_path / "b", gpu=True)
+    assert sentence not in with_gpu
+    assert "| Row | #1 smoke, batch 8 |" in with_gpu                  # the GPU group first
+    assert "#1: smoke on NVIDIA H100" in with_gpu
+
+
+def test_onnx_table_has_only_records_with_an_onnx_section(tmp_path):
+    md = _grouped_records(tmp_path)
+    onnx = md.split("## ONNX exit route")[1].split("\n## ")[0]
+    rows = [l for l in onnx.splitlines() if l.startswith("| ") and not l.startswith("| Row")]
+    assert len(rows) == 1 and rows[0].startswith("| pytorch fp32 | cpu | 8 |"), rows
+    assert "5 older records have no ONNX section" in onnx
+    assert "issue #" not in md
