@@ -115,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--init-weights", default=None, metavar="NPZ",
                    help="start every notebook from this canonical .npz (e.g. another run's export, results/weights/"
                         "*.npz) instead of the canonical initial weights of --seed; checked against the preset's "
-                        "model before anything runs (README: Migrating a trained model)"),
+                        "model before anything runs (docs/migration.md)"),
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                    help="auto: cuda when nvidia-smi sees a GPU (default)")
     p.add_argument("--workers", type=positive_int, default=1,

@@ -945,15 +945,18 @@ def _which(name: str) -> Optional[str]:
 
 
 def launcher_table_markdown() -> str:
-    """The launcher table (README's data-parallel section is written from it)."""
-    rows = ["| Launcher | Targets | Kind | Command (one host) | Run here | Multi-node (not run here) |",
-            "|---|---|---|---|---|---|"]
+    """The launcher table and, under it, each launcher's command, what ran here and its multi-node form
+    (docs/data-parallel.md is written from it)."""
+    rows = ["| Launcher | Targets | Kind |", "|---|---|---|"]
+    notes = []
     for l in LAUNCHERS.values():
         targets = ", ".join(t for t, n in TARGET_LAUNCHERS.items() if n == l.name) or \
             ", ".join("%s (--mxnet-dp %s)" % (t, m) for t in ("mxnet",) for m, spec in MXNET_DP_MODES.items()
                       if spec["launcher"] == l.name) or "tests"
-        rows.append("| %s | %s | %s | `%s` | %s | %s |" % (l.name, targets, l.kind, l.command, l.ran_here, l.multinode))
-    return "\n".join(rows) + "\n"
+        rows.append("| %s | %s | %s |" % (l.name, targets, l.kind))
+        notes.append("- **%s**: `%s`\n  - Run here: %s\n  - Multi-node (not run here): %s" % (
+            l.name, l.command, l.ran_here, l.multinode))
+    return "\n".join(rows) + "\n\n" + "\n".join(notes) + "\n"
 
 
 # ---- results.md: W workers against one -------------------------------------------------------------------

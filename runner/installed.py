@@ -29,7 +29,7 @@ from .bootstrap import EnvError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-#: the oldest version of each framework the notebooks are known to run with (README, "Three routes"): PyTorch's
+#: the oldest version of each framework the notebooks are known to run with (docs/gpus.md, "Three routes"): PyTorch's
 #: runs through --use-installed in tests/test_installed.py (--full); the others are the pins every test session
 #: runs (JAX's: on Python 3.11).  Older: refused.
 OLDEST = OrderedDict([("torch", "2.9.1"), ("jax", "0.10.2"), ("flax", "0.12.8"), ("optax", "0.2.8"),

@@ -353,7 +353,7 @@ def report(targets, gpus: List[dict], overrides: Optional[Dict[str, str]] = None
     return lines
 
 
-#: GPUs for the README's table "which GPU runs which framework" (tests/test_preflight.py keeps it current)
+#: GPUs for docs/gpus.md's table "which GPU runs which framework" (tests/test_preflight.py keeps it current)
 EXAMPLE_GPUS = [
     ("Tesla P100", "6.0", "535.183.01"),
     ("Tesla V100", "7.0", "535.183.01"),

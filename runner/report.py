@@ -1133,7 +1133,7 @@ def speed_section(records: List[dict]) -> str:
         "precision. % of shape roofline: achieved over the rate the step would reach if each product ran at the "
         "rate measured for its shape (the peaks below).",
         "- Row of record \u00f7 fastest variant: below 1, a variant is faster. A dash: not measured or not "
-        "applicable. How the FLOPs are counted: README, \"What is measured\".", ""]))
+        "applicable. How the FLOPs are counted: docs/benchmark.md.", ""]))
     return "".join(parts)
 
 

@@ -197,7 +197,8 @@ def test_export_script_injects_papermill_parameters(tmp_path):
 
 def test_launcher_table_names_every_target_and_what_ran():
     table = distributed.launcher_table_markdown()
-    assert table in open(os.path.join(ROOT, "README.md")).read(), "README's launcher table is out of date"
+    assert table in open(os.path.join(ROOT, "docs", "data-parallel.md")).read(), \
+        "docs/data-parallel.md's launcher table is out of date (runner.distributed.launcher_table_markdown())"
     for name in ("torchrun", "tf_config", "jax", "mpiexec", "single", "python"):
         assert "| %s |" % name in table
     assert "not run here" in table

@@ -373,6 +373,6 @@ def test_fatbin_reader(tmp_path):
 
 
 def test_readme_table_is_the_one_the_facts_give():
-    with open(os.path.join(ROOT, "README.md")) as f:
+    with open(os.path.join(ROOT, "docs", "gpus.md")) as f:
         readme = f.read()
     assert "\n".join(preflight.gpu_table()) in readme, "regenerate with runner.preflight.gpu_table()"
