@@ -64,7 +64,7 @@ def _wait_for_training(proc, results_dir, output):
     no mpiexec)."""
     deadline = time.time() + STARTUP_S
     while time.time() < deadline:
-        logs = sorted(glob.glob(os.path.join(results_dir, "logs", "*_w2.rank[01].log")))
+        logs = sorted(glob.glob(os.path.join(results_dir, "logs", "*_w2*.rank[01].log")))
         if len(logs) == 2 and all("first-batch loss" in open(p, errors="replace").read() for p in logs):
             return
         if proc.poll() is not None:
