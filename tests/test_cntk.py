@@ -144,7 +144,7 @@ def test_failed_post_create_leaves_no_ready_environment(tmp_path, monkeypatch):
     monkeypatch.setattr(envs, "ENVS_DIR", str(tmp_path))
     monkeypatch.setattr(envs, "python_version", lambda python: "3.6.15")
 
-    def create(path, req, base, stamp, log, pip="pip"):
+    def create(path, req, base, stamp, log, pip="pip", wheelhouse=None):
         os.makedirs(os.path.join(path, "bin"))
         open(os.path.join(path, "bin", "python"), "w").close()
         with open(os.path.join(path, STAMP), "w") as f:

@@ -43,7 +43,7 @@ def run_mxnet(tmp_path, monkeypatch, gpu, precision="fp32"):
     """run_target for MXNet on a described GPU; building an environment stops the run (EnvError)."""
     built = []
 
-    def no_env(env, device, python=None, announce=print, build=None):
+    def no_env(env, device, python=None, announce=print, build=None, wheelhouse=None):
         built.append((env.name, device))
         raise EnvError("stopped by the test before building %s-%s" % (env.name, device))
 

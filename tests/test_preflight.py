@@ -209,7 +209,7 @@ def test_each_build_gets_its_own_environment_and_kernel(tmp_path):
 def test_the_stamp_records_the_build(tmp_path, monkeypatch):
     made = {}
 
-    def fake_create(path, req, base, stamp, log, pip="pip"):
+    def fake_create(path, req, base, stamp, log, pip="pip", wheelhouse=None):
         made.update(path=path, req=req, stamp=stamp)
         raise EnvError("stopped by the test")
 
@@ -226,7 +226,7 @@ def run_on(tmp_path, monkeypatch, target, machine, precision="fp32", gpu_builds=
     """run_target on a described GPU; building the environment stops the run (EnvError)."""
     built = []
 
-    def no_env(env, device, python=None, announce=print, build=None):
+    def no_env(env, device, python=None, announce=print, build=None, wheelhouse=None):
         built.append((env.name, device, build.name if build else None))
         raise EnvError("stopped by the test before building %s" % env.name)
 

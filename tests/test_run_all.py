@@ -295,7 +295,7 @@ def test_bf16_on_a_cpu_is_not_skipped(tmp_path, monkeypatch):
     from runner.bootstrap import EnvError
     from runner.targets import TARGETS
 
-    def no_env(env, device, python=None, announce=print, build=None):
+    def no_env(env, device, python=None, announce=print, build=None, wheelhouse=None):
         raise EnvError("stopped by the test before building %s-%s" % (env.name, device))
 
     monkeypatch.setattr(envs, "ensure", no_env)
