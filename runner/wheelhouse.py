@@ -36,11 +36,6 @@ def from_argv(argv: List[str]) -> Optional[str]:
     return os.path.abspath(value) if value else None
 
 
-def pip_options(wheelhouse: Optional[str]) -> List[str]:
-    """What every ``pip install`` of an environment gets: nothing, or no index and the wheelhouse."""
-    return ["--no-index", "--find-links", wheelhouse] if wheelhouse else []
-
-
 def _unfound(output: str) -> Optional[str]:
     """The requirement pip could not find, from its output ("No matching distribution found for X==1")."""
     for pattern in (r"No matching distribution found for (\S+)", r"satisfies the requirement (\S+)"):
