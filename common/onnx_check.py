@@ -262,6 +262,15 @@ def export_failed(exporter: str, exporter_version: str, error, op: Optional[str]
             "workaround": workaround}
 
 
+def not_installed(*modules: str) -> Optional[dict]:
+    """A ``skipped`` section naming those of ``modules`` (the exporter and the check's packages) that this
+    interpreter cannot import, or None when it has them all.  Pinned environments always have them; an
+    interpreter run as installed (``run_all.py --use-installed``) may have the framework but not its exporter."""
+    import importlib.util
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    return skipped("not installed in this interpreter: %s" % ", ".join(missing)) if missing else None
+
+
 def skipped(reason: str, exporter: Optional[str] = None) -> dict:
     """The ``onnx`` section of a run that does not export (another precision, a data-parallel worker)."""
     return {"status": "skipped", "reason": one_line(reason), "exporter": exporter}

@@ -421,7 +421,7 @@ def _main(argv=None) -> int:
         except WeightsError as e:
             return error("--init-weights: %s (preset %s)" % (e, preset.name))
     if device == "cuda":
-        print("\n".join(preflight.report(targets, gpus, gpu_builds)))
+        print("\n".join(preflight.report([t for t in targets if t.env not in installed], gpus, gpu_builds)))
     try:
         installed_facts = offline_preflight(args, env_names, targets + destinations, device, gpus, gpu_builds, pythons,
                                             installed)

@@ -57,6 +57,11 @@ class RunOptions:
 
 
 def git_commit() -> Optional[str]:
+    """The commit the code is at ("-dirty" when it differs); in a copy of the tree without git's directory (a
+    machine the tree was carried to), DS2_SOURCE_COMMIT, as the copy's sender wrote it."""
+    fallback = os.environ.get("DS2_SOURCE_COMMIT") or None
+    if not os.path.isdir(os.path.join(ROOT, ".git")) and fallback:
+        return fallback
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, stdout=subprocess.PIPE,
                              stderr=subprocess.DEVNULL, universal_newlines=True).stdout.strip()
@@ -65,8 +70,8 @@ def git_commit() -> Optional[str]:
                                 ":!results.md"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                universal_newlines=True).stdout
     except OSError:
-        return None
-    return (sha + ("-dirty" if dirty.strip() else "")) if sha else None
+        return fallback
+    return (sha + ("-dirty" if dirty.strip() else "")) if sha else fallback
 
 
 def prepare_kernel(env, opts: RunOptions, build=None, announce=print) -> str:
@@ -132,6 +137,9 @@ def _run_info(target: Target, opts: RunOptions, started: str, notebook_out: Opti
             "runner_python": sys.version.split()[0]}
     if decision is not None:
         info["gpu_build"] = decision.record()      # which CUDA build, why (runner/preflight.py)
+    elif opts.device == "cuda" and target.env in opts.installed:
+        info["gpu_build"] = {"env": env.name, "build": "as installed", "reason": "the interpreter's own build "
+                             "(--use-installed): the notebook records the framework's CUDA version"}
     return info
 
 
@@ -223,7 +231,7 @@ def can_run(target: Target, opts: RunOptions):
     """(the GPU preflight's decision or None, status, reason): reason is None when ``target`` can run with
     ``opts`` here, else why not ("failed" for a missing notebook, "skipped" for what this machine cannot do)."""
     decision = None
-    if opts.device == "cuda":
+    if opts.device == "cuda" and target.env not in opts.installed:    # an interpreter as installed brings its build
         decision = preflight.decide(target.env, opts.gpu, opts.gpu_builds.get(target.env))
     if not os.path.exists(target.notebook_path):
         return decision, "failed", "notebook %s does not exist" % os.path.relpath(target.notebook_path, ROOT)

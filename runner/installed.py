@@ -49,6 +49,9 @@ MODULES = {"tensorflow-cpu": "tensorflow", "mxnet-cu112": "mxnet", "cntk-gpu": "
 FRAMEWORK_OF = {"tensorflow-cpu": "tensorflow", "mxnet-cu112": "mxnet", "cntk-gpu": "cntk"}
 #: pins that are not what the notebook imports: the runner's metapackage, and what only the tests use
 NOT_IMPORTED = {"jupyter"}
+#: what only the ONNX exit (section 11b) imports: an interpreter as installed that lacks one still runs the row, and
+#: the record's ``onnx`` section says "skipped" and which package was missing (common/onnx_check.not_installed)
+ONNX_ONLY = ("onnx", "onnxscript", "onnxruntime", "jax2onnx", "tf2onnx")
 
 #: run in the installed interpreter (Python 3.6 and newer): {distribution: [version or None, module found]}
 PROBE = r'''
@@ -134,13 +137,15 @@ def probe(python: str, names) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def check(python: str, pins: Dict[str, str], what: str, facts: Optional[dict] = None) -> Tuple[dict, List[str]]:
+def check(python: str, pins: Dict[str, str], what: str, facts: Optional[dict] = None,
+          optional=()) -> Tuple[dict, List[str]]:
     """Probe ``python`` for ``pins`` (or take ``facts``, its probe); returns (the probe, the report's lines) or
     raises InstalledError with one line: what is missing and how to install it, or which framework is older
-    than :data:`OLDEST`."""
+    than :data:`OLDEST`.  A missing package of ``optional`` is a line of the report, not an error."""
     facts = facts or probe(python, list(pins))
     packages = facts["packages"]
-    missing = [n for n in pins if not (packages[n]["version"] or packages[n]["module"])]
+    absent = [n for n in pins if not (packages[n]["version"] or packages[n]["module"])]
+    missing = [n for n in absent if n not in optional]
     if missing:
         raise InstalledError("%s: %s lacks %s; install %s with: %s -m pip install %s" % (
             what, python, ", ".join(missing), "it" if len(missing) == 1 else "them", python,
@@ -148,6 +153,9 @@ def check(python: str, pins: Dict[str, str], what: str, facts: Optional[dict] = 
     lines = ["%s: %s (Python %s), as installed:" % (what, python, facts["python"])]
     for name, pin in pins.items():
         have = packages[name]
+        if name in absent:
+            lines.append("  %-14s %-16s pin %-10s not installed: the ONNX export is skipped" % (name, "-", pin))
+            continue
         version = have["version"] or "(version unknown)"
         framework = FRAMEWORK_OF.get(name, name)
         oldest = OLDEST.get(framework)
@@ -185,7 +193,7 @@ def check_env(env, device: str, targets, python: str) -> Tuple[dict, List[str]]:
     if problem:
         raise InstalledError("--use-installed %s=%s: %s; it is Python %s" % (env.name, python, problem, facts["python"]))
     facts["packages"] = {n: facts["packages"][n] for n in pins}
-    return check(python, pins, "--use-installed %s" % env.name, facts)
+    return check(python, pins, "--use-installed %s" % env.name, facts, optional=ONNX_ONLY)
 
 
 def kernel(env, device: str, python: str, facts: dict, prefix: str = sys.prefix) -> str:

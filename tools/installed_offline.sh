@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Run rows in an interpreter whose frameworks are already installed (a GPU image: PyTorch, JAX, ... with CUDA),
+# on a machine that reaches no package registry.
+#
+#   tools/installed_offline.sh WHEELHOUSE PYTHON [run_all.py options]
+#
+# PYTHON has the frameworks but not what the runner and a Jupyter kernel need (papermill, ipykernel, ...).
+# WHEELHOUSE holds those as wheels for PYTHON's version and platform; make it on a machine with a registry:
+#
+#   pip download --dest WHEELHOUSE --only-binary=:all: --python-version 3.12 --platform manylinux_2_28_x86_64 \
+#       --platform manylinux2014_x86_64 papermill nbclient nbformat ipykernel pandas matplotlib tabulate tqdm \
+#       mistune Pygments onnxscript
+#
+# (and delete what the image has, e.g. numpy and onnx, to keep it small).  This script makes
+# .venvs/installed on top of PYTHON (--system-site-packages: the image's frameworks stay as they are), installs
+# every wheel of WHEELHOUSE whose distribution PYTHON lacks (--no-index --no-deps: nothing the image has is
+# replaced), then runs `run_all.py --use-installed ENV=.venvs/installed/bin/python` for each framework it finds
+# there (torch: pytorch, jax: jax, tensorflow: tensorflow), with the runner in the same interpreter
+# (DS2_RUNNER=current).  Without the venv module it installs into .venvs/installed-site (PYTHONPATH) instead.
+set -euo pipefail
+if [ $# -lt 2 ]; then
+    echo "usage: tools/installed_offline.sh WHEELHOUSE PYTHON [run_all.py options]" >&2
+    exit 2
+fi
+wheelhouse=$(cd "$1" && pwd)
+python=$2
+shift 2
+cd "$(dirname "$0")/.."
+"$python" -c 'import sys; sys.exit(sys.version_info < (3, 8))' || { echo "$python: Python 3.8 or newer needed" >&2; exit 2; }
+
+venv=.venvs/installed
+if "$python" -m venv --system-site-packages "$venv" >/dev/null 2>&1 && [ -x "$venv/bin/python" ]; then
+    run_python=$(pwd)/$venv/bin/python
+    install=("$run_python" -m pip install)
+    # PYTHON may itself be a virtual environment, whose packages --system-site-packages does not see: a .pth file
+    # puts its site-packages after the new environment's own
+    "$python" -c 'import site, sys; print("\n".join(site.getsitepackages() + [site.getusersitepackages()]))' \
+        > "$("$run_python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/ds2-installed.pth"
+else
+    echo "$python has no venv module: installing into .venvs/installed-site (PYTHONPATH)" >&2
+    site=$(pwd)/.venvs/installed-site
+    mkdir -p "$site"
+    export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+    run_python=$python
+    install=("$python" -m pip install --target "$site")
+fi
+
+# the wheels whose distribution the interpreter lacks
+mapfile -t missing < <("$run_python" - "$wheelhouse" <<'EOF'
+import os, re, sys
+from importlib.metadata import PackageNotFoundError, version
+for name in sorted(os.listdir(sys.argv[1])):
+    if name.endswith(".whl"):
+        dist = name.split("-")[0]
+        try:
+            version(dist)
+        except PackageNotFoundError:
+            try:
+                version(re.sub(r"[-_.]+", "-", dist))
+            except PackageNotFoundError:
+                print(os.path.join(sys.argv[1], name))
+EOF
+)
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "installing ${#missing[@]} wheel(s) from $wheelhouse: $(for w in "${missing[@]}"; do basename "$w" | cut -d- -f1; done | tr '\n' ' ')"
+    PIP_DISABLE_PIP_VERSION_CHECK=1 "${install[@]}" -q --no-index --no-deps "${missing[@]}"
+fi
+"$run_python" -m pip check 2>/dev/null | sed 's/^/pip check: /' || true
+
+assign=()
+for pair in torch:pytorch jax:jax tensorflow:tensorflow; do
+    if "$run_python" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('${pair%%:*}') is None)"; then
+        assign+=("${pair#*:}=$run_python")
+    fi
+done
+[ ${#assign[@]} -gt 0 ] || { echo "$python has none of torch, jax, tensorflow" >&2; exit 2; }
+DS2_USE_INSTALLED=$(IFS=,; echo "${assign[*]}")
+export DS2_USE_INSTALLED DS2_RUNNER=current
+echo "DS2_USE_INSTALLED=$DS2_USE_INSTALLED"
+exec "$run_python" run_all.py "$@"
