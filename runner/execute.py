@@ -57,11 +57,6 @@ class RunOptions:
 
 
 def git_commit() -> Optional[str]:
-    """The commit the code is at ("-dirty" when it differs); in a copy of the tree without git's directory (a
-    machine the tree was carried to), DS2_SOURCE_COMMIT, as the copy's sender wrote it."""
-    fallback = os.environ.get("DS2_SOURCE_COMMIT") or None
-    if not os.path.isdir(os.path.join(ROOT, ".git")) and fallback:
-        return fallback
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, stdout=subprocess.PIPE,
                              stderr=subprocess.DEVNULL, universal_newlines=True).stdout.strip()
@@ -70,8 +65,8 @@ def git_commit() -> Optional[str]:
                                 ":!results.md"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                universal_newlines=True).stdout
     except OSError:
-        return fallback
-    return (sha + ("-dirty" if dirty.strip() else "")) if sha else fallback
+        return None
+    return (sha + ("-dirty" if dirty.strip() else "")) if sha else None
 
 
 def prepare_kernel(env, opts: RunOptions, build=None, announce=print) -> str:

@@ -106,7 +106,8 @@ def summary_groups(records: List[dict]) -> "OrderedDict":
 def summary_title(key, recs: List[dict]) -> str:
     dtype, name, preset = key
     day = max((((r.get("run") or {}).get("finished") or "")[:10] for r in recs), default="")
-    return "%s on %s%s" % (preset, name or dtype or "an unknown device", ", %s" % day if day else "")
+    as_is = " (as installed)" if recs and all(r.get("as_is") for r in recs) else ""
+    return "%s on %s%s%s" % (preset, name or dtype or "an unknown device", as_is, ", %s" % day if day else "")
 
 
 def summary_section(records: List[dict]) -> List[str]:
@@ -125,9 +126,15 @@ def summary_section(records: List[dict]) -> List[str]:
     for key, recs in groups.items():
         top = max(_speed(r) for r in recs)
         for rank, rec in enumerate(sorted(recs, key=lambda r: -_speed(r)), 1):
-            cell[(rec["target"], key, rec["batch_size"])] = "%s (%d, %.2f)" % (_fmt(_speed(rec), "{:.3g}"), rank,
-                                                                               _speed(rec) / top)
+            speed = _fmt(_speed(rec), "{:.0f}" if _speed(rec) >= 1000 else "{:.3g}")
+            cell[(rec["target"], key, rec["batch_size"])] = "%s (%d, %.2f)" % (speed, rank, _speed(rec) / top)
             ranked.setdefault(key, []).append(rec["target"])
+    for rec in records:                               # a row of the group that did not finish: its status
+        key = summary_key(rec)
+        if (key in groups and rec.get("status") != "ok" and not is_variant(rec) and rec.get("precision") == "fp32"
+                and not (rec.get("distributed") or {}).get("world_size")):
+            cell.setdefault((rec["target"], key, rec["batch_size"]), rec.get("status") or "failed")
+            ranked[key].append(rec["target"])
     names = []
     for key in groups:                                # the first group's ranking, then what it lacks
         for name in ranked[key]:
@@ -139,7 +146,8 @@ def summary_section(records: List[dict]) -> List[str]:
         lines.append("| %s | %s |" % (name, " | ".join(cell.get((name, k, b), "\u2013") for k, b in columns)))
     legend = "; ".join("#%d: %s" % (i, summary_title(k, groups[k])) for i, k in enumerate(groups, 1))
     lines += ["", "Seconds of audio trained per second (rank in its group, \u00f7 the group's fastest); rows of "
-              "record at fp32, in the order of group #1. %s. %s" % (legend, gpu_line), ""]
+              "record at fp32, in the order of group #1; a row that did not finish says so (its reason: the table of "
+              "record). %s. %s" % (legend, gpu_line), ""]
     return lines
 
 
@@ -813,7 +821,7 @@ def plot_summary(records: List[dict], path: str) -> bool:
         ax.barh(["%s, batch %d" % (r["target"], r["batch_size"]) for r in recs], [_speed(r) for r in recs],
                 color="#4477aa")
         for j, r in enumerate(recs):
-            ax.text(_speed(r), j, " %.3g (%.2f)" % (_speed(r), _speed(r) / top), va="center", fontsize=8)
+            ax.text(_speed(r), j, " %s (%.2f)" % ("%.0f" % _speed(r) if _speed(r) >= 1000 else "%.3g" % _speed(r), _speed(r) / top), va="center", fontsize=8)
         ax.set_xlim(0, top * 1.25)
         ax.set_xlabel("seconds of audio trained per second (\u00f7 the fastest)", fontsize=8)
         ax.set_title("#%d: %s" % (i, summary_title(key, recs)), fontsize=9)
