@@ -1,0 +1,142 @@
+"""results.md's building blocks: selecting, grouping and naming result records, and the Markdown
+table helpers every section uses (split out of runner/report.py; ``runner.report`` re-exports these names)."""
+from collections import OrderedDict
+from typing import List, Optional
+
+import numpy as np
+
+from common.flops import shape_roofline
+from common.spec import DS2Config
+
+
+K_STEPS = 10          # losses compared across frameworks: the first K training steps
+
+
+# ---- selecting and naming records ---------------------------------------------------------
+def _label(rec: dict) -> str:
+    return "%s %s%s" % (rec["target"], rec.get("precision") or "", " (as installed)" if rec.get("as_is") else "")
+
+
+def _group_key(rec: dict):
+    """Records that ran the same benchmark on the same device compare directly."""
+    return (rec.get("preset"), rec.get("batch_size"), rec.get("scale"), rec.get("seed"),
+            (rec.get("device") or {}).get("name"))
+
+
+def _group_title(key) -> str:
+    preset, batch, scale, seed, device = key
+    return "%s (batch %s, scale %s, seed %s) on %s" % (preset, batch, scale, seed, device)
+
+
+def _bench_key(rec: dict):
+    """The speed comparison's group: the same preset, data and device, any batch size and precision
+    (a batch-size sweep stays in one group)."""
+    return (rec.get("preset"), rec.get("scale"), rec.get("seed"), (rec.get("device") or {}).get("name"))
+
+
+def _bench_title(key) -> str:
+    preset, scale, seed, device = key
+    return "%s (scale %s, seed %s) on %s" % (preset or "unknown preset", "?" if scale is None else scale,
+                                              "?" if seed is None else seed, device or "an unknown device")
+
+
+def _bench_groups(records: List[dict]) -> "OrderedDict":
+    groups = OrderedDict()
+    for rec in sorted(records, key=lambda r: (str(_bench_key(r)), r["target"], r.get("precision") or "",
+                                              r.get("batch_size") or 0)):
+        groups.setdefault(_bench_key(rec), []).append(rec)
+    return groups
+
+
+def row_of_record(rec: dict) -> str:
+    """The row of record ``rec`` belongs to: the runner's ``row_of_record``, else the target's name
+    before ``+`` (variant targets are ``<row>+<variant>``)."""
+    return rec.get("row_of_record") or rec["target"].split("+")[0]
+
+
+def is_variant(rec: dict) -> bool:
+    return row_of_record(rec) != rec["target"]
+
+
+def _speed(rec: dict) -> Optional[float]:
+    if rec.get("status") != "ok":
+        return None
+    value = (rec.get("timing") or {}).get("audio_s_per_s")
+    return float(value) if isinstance(value, (int, float)) and value == value and value > 0 else None
+
+
+def _flops(rec: dict) -> dict:
+    return rec.get("flops") or {}
+
+
+def _number(value) -> Optional[float]:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value else None
+
+
+def _roofline(rec: dict) -> Optional[float]:
+    """The record's shape roofline (:func:`common.flops.shape_roofline`) from its configuration and measured
+    peaks; None without them, and for the smoke preset: at its widths every measured product is a call
+    overhead of microseconds that the step's own loops do not pay (TensorFlow's smoke row trains at 2.2 x it)."""
+    if not rec.get("config") or rec.get("preset") == "smoke":
+        return None
+    try:
+        config = DS2Config(**rec["config"])
+    except TypeError:                                     # a record whose configuration is not this spec's
+        return None
+    return shape_roofline(config, _flops(rec).get("peak_matmul"))
+
+
+def flop_unit(values) -> tuple:
+    """(divisor, unit) for FLOP/s values: TFLOP/s when the largest is at least 1e12, else GFLOP/s."""
+    values = [v for v in values if v is not None]
+    return (1e12, "TFLOP/s") if values and max(values) >= 1e12 else (1e9, "GFLOP/s")
+
+
+def _ok(records: List[dict]) -> List[dict]:
+    return [r for r in records if r["status"] == "ok" and r.get("timing")]
+
+
+def _groups(records: List[dict]) -> "OrderedDict":
+    groups = OrderedDict()
+    for rec in sorted(records, key=lambda r: (str(_group_key(r)), r["target"], r.get("precision") or "")):
+        groups.setdefault(_group_key(rec), []).append(rec)
+    return groups
+
+
+def trajectory(rec: dict) -> np.ndarray:
+    losses = rec.get("losses") or {}
+    return np.asarray(list(losses.get("warmup") or []) + list(losses.get("train") or []), dtype=np.float64)
+
+
+def pytorch_twin(rec: dict, records: List[dict]) -> Optional[dict]:
+    """The PyTorch record the agreement of ``rec`` is measured against: same benchmark, device and
+    precision if there is one, else the same benchmark in fp32 on any device."""
+    same = [r for r in _ok(records) if r["target"] == "pytorch" and _group_key(r)[:4] == _group_key(rec)[:4]]
+    for wanted in (lambda r: _group_key(r) == _group_key(rec) and r.get("precision") == rec.get("precision"),
+                   lambda r: r.get("precision") == "fp32"):
+        hits = [r for r in same if wanted(r)]
+        if hits:
+            return hits[0]
+    return None
+
+
+# ---- Markdown helpers ------------------------------------------------------------------------
+def _fmt(value, fmt="{:.4g}") -> str:
+    if value is None:
+        return "\u2013"
+    if isinstance(value, float):
+        if value != value:
+            return "\u2013"
+        return fmt.format(value)
+    return str(value).replace("|", "\\|")
+
+
+def md_table(rows: List[OrderedDict], formats: Optional[dict] = None) -> str:
+    if not rows:
+        return "_None._\n"
+    formats = formats or {}
+    cols = list(rows[0])
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    for row in rows:
+        lines.append("| " + " | ".join(_fmt(row[c], formats.get(c, "{:.4g}")) for c in cols) + " |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,305 @@
+"""results.md's speed tables: the summary, the table of record, speed and efficiency, the measured matmul
+peaks, the profile shares and the step time per utterance length (split out of runner/report.py)."""
+import os
+from collections import OrderedDict
+from typing import List, Optional
+
+from common import results
+from common.flops import sequential_share
+from common.profile import CATEGORIES
+from common.spec import FULL_MODEL
+
+from .bootstrap import ROOT
+from .report_records import (_bench_groups, _bench_key, _bench_title, _flops, _fmt, _label, _number, _ok,
+                             _roofline, _speed, flop_unit, is_variant, md_table, row_of_record)
+
+
+# ---- the summary: one group per device and preset --------------------------------------------------------
+#: the order of the summary's groups after the GPU ones: the full model first, the smoke check last
+PRESET_ORDER = ("deepmark", "quick", "cpu", "smoke")
+
+
+def summary_key(rec: dict) -> tuple:
+    """A summary group: the device and the preset (every batch size of them)."""
+    return ((rec.get("device") or {}).get("type"), (rec.get("device") or {}).get("name"), rec.get("preset"))
+
+
+def _summary_order(key) -> tuple:
+    dtype, name, preset = key
+    return (dtype != "cuda", PRESET_ORDER.index(preset) if preset in PRESET_ORDER else len(PRESET_ORDER),
+            str(name), str(preset))
+
+
+def summary_groups(records: List[dict]) -> "OrderedDict":
+    """{(device type, device name, preset): [completed fp32 single-process rows of record]}: GPU groups first,
+    then the full model's presets before the smoke check's."""
+    groups = {}
+    for rec in _ok(records):
+        if is_variant(rec) or rec.get("precision") != "fp32" or (rec.get("distributed") or {}).get("world_size"):
+            continue
+        if _speed(rec) is not None:
+            groups.setdefault(summary_key(rec), []).append(rec)
+    return OrderedDict((k, groups[k]) for k in sorted(groups, key=_summary_order))
+
+
+def summary_title(key, recs: List[dict]) -> str:
+    dtype, name, preset = key
+    day = max((((r.get("run") or {}).get("finished") or "")[:10] for r in recs), default="")
+    as_is = " (as installed)" if recs and all(r.get("as_is") for r in recs) else ""
+    return "%s on %s%s%s" % (preset, name or dtype or "an unknown device", as_is, ", %s" % day if day else "")
+
+
+def summary_section(records: List[dict]) -> List[str]:
+    """The page's first lines: per device and preset, each framework's audio s/s at each batch size, its rank in
+    the group and its ratio to the group's fastest; and, when no record ran on a GPU, that sentence."""
+    groups = summary_groups(records)
+    no_gpu = not any((r.get("device") or {}).get("type") == "cuda" for r in records)
+    gpu_line = ("No record here ran on a GPU: `python run_all.py` on a machine with an NVIDIA GPU makes them."
+                if no_gpu else "")
+    if not groups:
+        return ["## Summary", "", "_No completed run yet._ " + gpu_line, ""]
+    columns = []                                      # (group key, batch size)
+    for key, recs in groups.items():
+        columns += [(key, b) for b in sorted(set(r["batch_size"] for r in recs))]
+    cell, ranked = {}, {}
+    for key, recs in groups.items():
+        top = max(_speed(r) for r in recs)
+        for rank, rec in enumerate(sorted(recs, key=lambda r: -_speed(r)), 1):
+            speed = _fmt(_speed(rec), "{:.0f}" if _speed(rec) >= 1000 else "{:.3g}")
+            cell[(rec["target"], key, rec["batch_size"])] = "%s (%d, %.2f)" % (speed, rank, _speed(rec) / top)
+            ranked.setdefault(key, []).append(rec["target"])
+    for rec in records:                               # a row of the group that did not finish: its status
+        key = summary_key(rec)
+        if (key in groups and rec.get("status") != "ok" and not is_variant(rec) and rec.get("precision") == "fp32"
+                and not (rec.get("distributed") or {}).get("world_size")):
+            cell.setdefault((rec["target"], key, rec["batch_size"]), rec.get("status") or "failed")
+            ranked[key].append(rec["target"])
+    names = []
+    for key in groups:                                # the first group's ranking, then what it lacks
+        for name in ranked[key]:
+            if name not in names:
+                names.append(name)
+    head = ["Row"] + ["#%d %s, batch %d" % (list(groups).index(k) + 1, k[2], b) for k, b in columns]
+    lines = ["## Summary", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name in names:
+        lines.append("| %s | %s |" % (name, " | ".join(cell.get((name, k, b), "\u2013") for k, b in columns)))
+    legend = "; ".join("#%d: %s" % (i, summary_title(k, groups[k])) for i, k in enumerate(groups, 1))
+    lines += ["", "Seconds of audio trained per second (rank in its group, \u00f7 the group's fastest); rows of "
+              "record at fp32, in the order of group #1; a row that did not finish says so (its reason: the table of "
+              "record). %s. %s" % (legend, gpu_line), ""]
+    return lines
+
+
+#: the table of record's columns within a group: the device and preset are the group's; the version, audio
+#: hours and parameter count are under Environments
+RECORD_COLUMNS = [c[0] for c in results.TABLE_COLUMNS if c[0] not in ("Device", "Preset", "Version", "Audio h",
+                                                                       "Params")]
+
+
+def notebook_link(rec: dict, output: str) -> Optional[str]:
+    """A Markdown link from ``output`` to the record's executed notebook, where that file exists."""
+    path = (rec.get("run") or {}).get("executed_notebook")
+    if not path:
+        return None
+    path = path if os.path.isabs(path) else os.path.join(ROOT, path)
+    if not os.path.exists(path):
+        return None
+    return "[ipynb](%s)" % os.path.relpath(path, os.path.dirname(os.path.abspath(output)))
+
+
+def record_tables(records: List[dict], output: str) -> List[str]:
+    """The table of record, one table per device and preset (every batch size and precision of them), each
+    under its heading: the summary's groups first, in its order, then groups with no completed row."""
+    groups = OrderedDict()
+    for rec in sorted(records, key=lambda r: _summary_order(summary_key(r))):
+        groups.setdefault(summary_key(rec), []).append(rec)
+    lines = []
+    for key, recs in groups.items():
+        df = results.records_frame(recs)
+        df["notebook_link"] = [notebook_link(r, output) for r in recs]
+        lines += ["### %s" % summary_title(key, recs), "", results.render_markdown(df, RECORD_COLUMNS)]
+    return lines
+
+
+def fastest_variant(rec: dict, records: List[dict]) -> Optional[dict]:
+    """The fastest completed variant of the row of record ``rec``: same framework row, preset, data,
+    device, batch size and precision."""
+    same = [r for r in records if is_variant(r) and row_of_record(r) == rec["target"] and _speed(r) is not None
+            and _bench_key(r) == _bench_key(rec) and r.get("batch_size") == rec.get("batch_size")
+            and r.get("precision") == rec.get("precision")]
+    return max(same, key=_speed) if same else None
+
+
+def speed_rows(records: List[dict]) -> "OrderedDict":
+    """Per preset-and-device group (:func:`_bench_key`), one row per record: audio s/s and its ratio to
+    the group's fastest row, achieved FLOP/s and the share of the measured square-matmul peak, and for a
+    row of record its audio s/s divided by its framework's fastest variant's.  Returns
+    {group key: (unit, rows)}; completed rows first, fastest first."""
+    out = OrderedDict()
+    for key, recs in _bench_groups(records).items():
+        top = max([_speed(r) for r in recs if _speed(r) is not None], default=None)
+        divisor, unit = flop_unit([_number(_flops(r).get("achieved_per_s")) for r in recs])
+        recs = sorted(recs, key=lambda r: (_speed(r) is None, -(_speed(r) or 0), r["target"]))
+        rows = []
+        for rec in recs:
+            speed, f = _speed(rec), _flops(rec) if rec.get("status") == "ok" else {}
+            achieved, eff = _number(f.get("achieved_per_s")), _number(f.get("efficiency"))
+            roof = _roofline(rec) if f else None
+            twin = None if is_variant(rec) or speed is None else fastest_variant(rec, records)
+            status = rec.get("status") or "?"
+            rows.append(OrderedDict([
+                ("Row", rec["target"] + (" (as installed)" if rec.get("as_is") else "")),
+                ("Framework", rec.get("framework")),
+                ("Variant", (rec.get("variant") or rec["target"].partition("+")[2] or "?") if is_variant(rec)
+                 else "(row of record)"),
+                ("Precision", rec.get("precision")), ("Batch", rec.get("batch_size")),
+                ("Audio s/s", speed),
+                ("\u00f7 fastest of group", speed / top if speed is not None and top else None),
+                ("Achieved " + unit, achieved / divisor if achieved is not None else None),
+                ("% of matmul peak", 100.0 * eff if eff is not None else None),
+                ("% of shape roofline", 100.0 * achieved / roof if achieved is not None and roof else None),
+                ("Row of record \u00f7 fastest variant", speed / _speed(twin) if twin is not None else None),
+                ("Status", status if status == "ok" else "%s: %s" % (status, rec.get("error") or "no reason given")),
+            ]))
+        out[key] = (unit, rows)
+    return out
+
+
+def peak_rows(records: List[dict]) -> "OrderedDict":
+    """Per device: the measured matmul peak of each completed record that has one (square, the bd
+    layers' input product, one recurrent step), and the CPU's theoretical peaks the records carry.
+    Returns {device name: (unit, rows, theoretical)}, theoretical: {precision: dict}."""
+    by_device = OrderedDict()
+    for rec in sorted(_ok(records), key=lambda r: (str((r.get("device") or {}).get("name")), r["target"],
+                                                   r.get("precision") or "", r.get("batch_size") or 0)):
+        f = _flops(rec)
+        if not f.get("peak_matmul") and not f.get("theoretical_peak"):
+            continue
+        by_device.setdefault((rec.get("device") or {}).get("name"), []).append(rec)
+    out = OrderedDict()
+    for device, recs in by_device.items():
+        peaks = [_number(((_flops(r).get("peak_matmul") or {}).get(s) or {}).get("flops_per_s"))
+                 for r in recs for s in ("square", "input", "recurrent")]
+        divisor, unit = flop_unit(peaks)
+        rows, theoretical = [], OrderedDict()
+        for rec in recs:
+            f = _flops(rec)
+            if f.get("theoretical_peak"):
+                theoretical.setdefault(rec.get("precision"), f["theoretical_peak"])
+            peak = f.get("peak_matmul") or {}
+            if not peak:
+                continue
+            row = OrderedDict([("Row", rec["target"]), ("Preset", rec.get("preset")),
+                               ("Precision", rec.get("precision")), ("Batch", rec.get("batch_size"))])
+            shapes = []
+            for name in ("square", "input", "recurrent"):
+                entry = peak.get(name) or {}
+                value = _number(entry.get("flops_per_s"))
+                row["%s %s" % (name.capitalize(), unit)] = value / divisor if value is not None else None
+                if entry.get("shape"):
+                    shapes.append("%s %s" % (name, "\u00d7".join(str(d) for d in entry["shape"])))
+            roof = _roofline(rec)
+            row["Shape roofline %s" % unit] = roof / divisor if roof is not None else None
+            row["Shapes (m\u00d7k\u00d7n)"] = "; ".join(shapes) or None
+            rows.append(row)
+        out[device] = (unit, rows, theoretical)
+    return out
+
+
+def profile_rows(records: List[dict]) -> List[OrderedDict]:
+    """One row per completed record with a ``profile`` section: the share of the profiled step's time
+    in each category (percent), the profiled batch and step time, the tool."""
+    recs = [r for r in _ok(records) if (r.get("profile") or {}).get("shares")]
+    used = [c for c in CATEGORIES if c == "other" or any((r["profile"]["shares"].get(c) or 0) > 0 for r in recs)]
+    rows = []
+    for rec in recs:
+        prof = rec["profile"]
+        batch = prof.get("batch") or {}
+        row = OrderedDict([("Row", _label(rec)), ("Device", (rec.get("device") or {}).get("name")),
+                           ("Preset", rec.get("preset")), ("Batch", rec.get("batch_size")),
+                           ("Profiled step", "%s s \u00d7 %s" % (batch.get("seconds"), batch.get("batch_size"))
+                            if batch.get("seconds") else None),
+                           ("Step s", _number(prof.get("step_s")))])
+        for c in used:
+            share = _number(prof["shares"].get(c))
+            row["%s %%" % c] = 100.0 * share if share is not None else None
+        row["Tool"] = prof.get("tool")
+        other = prof.get("largest_other") or []
+        row["Largest in other"] = ", ".join(str(n)[:40] for n, _ in other[:3]) or None
+        rows.append(row)
+    return rows
+
+
+def step_time_rows(records: List[dict]) -> List[OrderedDict]:
+    rows = []
+    for rec in _ok(records):
+        per = rec["timing"].get("per_length") or {}
+        row = OrderedDict([("Row", _label(rec)), ("Device", (rec.get("device") or {}).get("name")),
+                           ("Preset", rec.get("preset")), ("Batch", rec.get("batch_size"))])
+        for s in range(1, 16):
+            row["%d s" % s] = (per.get(str(s)) or {}).get("median_ms")
+        rows.append(row)
+    return rows
+
+
+def speed_section(records: List[dict]) -> str:
+    """The speed-and-efficiency tables, one per preset-and-device group, with their explanation."""
+    groups = speed_rows(records)
+    if not groups:
+        return "_No result records._\n"
+    parts = []
+    for key, (unit, rows) in groups.items():
+        per_audio = sorted(set(_number(_flops(r).get("train_per_audio_second")) for r in records
+                               if _bench_key(r) == key and _number(_flops(r).get("train_per_audio_second"))))
+        parts.append("### %s\n\n" % _bench_title(key))
+        if per_audio:
+            parts.append("Training FLOPs per second of audio (from the model's configuration, in the records): %s "
+                         "GFLOP.\n\n" % ", ".join("%.4g" % (v / 1e9) for v in per_audio))
+        ratio = "\u00f7 fastest of group"
+        parts.append(md_table(rows, {"Audio s/s": "{:.1f}", ratio: "{:.2f}", "Achieved " + unit: "{:.3g}",
+                                     "% of matmul peak": "{:.1f}", "% of shape roofline": "{:.1f}",
+                                     "Row of record \u00f7 fastest variant": "{:.2f}"}))
+        parts.append("\n")
+    parts.append("\n".join([
+        "- Variant: `(row of record)` is the framework's highest-level API; a variant (target `<row>+<variant>`, "
+        "`run_all.py --variants`) changes what its description says and passes the same checks.",
+        "- \u00f7 fastest of group: audio s/s over the group's fastest row (any batch size and precision).",
+        "- Achieved: the timed pass's training FLOPs (counted from the model's configuration, forward and backward) "
+        "over its train seconds.",
+        "- % of matmul peak: achieved over the same notebook's measured square matrix-product rate at the same "
+        "precision. % of shape roofline: achieved over the rate the step would reach if each product ran at the "
+        "rate measured for its shape (the peaks below).",
+        "- Row of record \u00f7 fastest variant: below 1, a variant is faster. A dash: not measured or not "
+        "applicable. How the FLOPs are counted: docs/benchmark.md.", ""]))
+    return "".join(parts)
+
+
+def peak_section(records: List[dict]) -> str:
+    """Per device: the measured peaks of every record that has them, then the CPU's theoretical peak."""
+    devices = peak_rows(records)
+    if not devices:
+        return "_No record has a measured matmul peak._\n"
+    parts = ["\n".join([
+        "- Each notebook measures dense matrix products with its own framework on its own device at the run's "
+        "precision (the median of several synchronised measurements after a warm-up): a square product, the bd "
+        "layers' input product for 8-second utterances, and one step of the recurrence.",
+        "- Shape roofline: the FLOP/s of a step whose products each ran at its shape's measured rate -- the "
+        "recurrent product forward and its gradient with respect to the previous hidden state (%.0f %% of the "
+        "full model's training FLOPs) at the recurrent rate (`common.flops.shape_roofline`): a ceiling, not an "
+        "estimate." % (100 * sequential_share(FULL_MODEL)),
+        "- None for `smoke` rows: at their widths each measured product is a call overhead of microseconds.",
+        "", ""])]
+    for device, (unit, rows, theoretical) in devices.items():
+        parts.append("### %s\n\n" % (device or "unknown device"))
+        parts.append(md_table(rows, {c: "{:.3g}" for c in (rows[0] if rows else {}) if c.endswith("FLOP/s")})
+                     if rows else "_No measured peak on this device._\n")
+        for precision, t in theoretical.items():
+            value = _number(t.get("flops_per_s"))
+            if value is None:
+                continue
+            d, u = flop_unit([value])
+            parts.append("\nTheoretical peak of this CPU, %s (%s, not measured): %.3g %s = %s. Assumed: %s.\n"
+                         % (precision, t.get("label") or "theoretical", value / d, u, t.get("basis") or "?",
+                            t.get("assumptions") or "?"))
+        parts.append("\n")
+    return "".join(parts)
