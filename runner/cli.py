@@ -125,6 +125,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="MXNet with --workers W: sync (default: one process, W devices, SyncBatchNorm), local (the same, "
                         "each device its own BatchNorm statistics), dist_sync (W processes + a ps-lite scheduler and "
                         "server; per-worker statistics; equals local) (runner/distributed.py MXNET_DP_MODES)")
+    p.add_argument("--hosts", metavar="HOSTFILE", default=None,
+                   help="with --workers W: train on several machines, one host[:slots] per line (W = the slots' sum); "
+                        "each host's processes start over ssh with the framework's own multi-node launcher "
+                        "(docs/data-parallel.md)")
+    p.add_argument("--ssh", default="", metavar="OPTIONS",
+                   help="options for ssh with --hosts, one string (e.g. \"-F /run/ds2-hosts/ssh_config\")")
+    p.add_argument("--join-timeout", type=positive_int, default=None, metavar="S",
+                   help="with --hosts: seconds within which every host must start its processes (default 60)")
+    p.add_argument("--print-host-commands", action="store_true",
+                   help="with --hosts: print each host's command (for a Slurm or Kubernetes job) instead of running")
     p.add_argument("--timeout", type=positive_int, default=None, help="seconds a notebook cell may run (default: no limit)")
     p.add_argument("--results-dir", default=os.path.join(ROOT, "results"),
                    help="where records and executed notebooks go (default: results/)")
@@ -341,6 +351,24 @@ def _main(argv=None) -> int:
     if args.mxnet_dp != "sync" and (args.workers < 2 or any(t.row_of_record != "mxnet" for t in targets)):
         errors.append("--mxnet-dp %s is a data-parallel mode of MXNet: it needs --workers 2 or more and only MXNet "
                       "targets (mxnet, mxnet+static)" % args.mxnet_dp)
+    args.host_list = None
+    if args.hosts:
+        from . import hosts as hosts_mod
+        try:
+            args.host_list = hosts_mod.parse_hostfile(args.hosts)
+        except hosts_mod.HostsError as e:
+            errors.append(str(e))
+        else:
+            errors.append(hosts_mod.check_workers(args.host_list, args.workers))
+        if args.migrate:
+            errors.append("--hosts trains data-parallel; --migrate trains nothing")
+    elif args.print_host_commands or args.join_timeout or args.ssh:
+        errors.append("--print-host-commands, --join-timeout and --ssh go with --hosts HOSTFILE")
+    try:
+        args.ssh_options = shlex.split(args.ssh)
+    except ValueError as e:
+        errors.append("--ssh %r: %s" % (args.ssh, e))
+    errors = [e for e in errors if e]
     pythons, notes, python_errors, discovered = resolve_pythons(args, env_names)
     errors += python_errors
     installed, installed_errors = resolve_installed(args)
@@ -468,12 +496,19 @@ def _main(argv=None) -> int:
         try:
             if args.workers > 1:
                 from . import distributed
-                statuses.append(distributed.run_target(target, opts, args.workers, mxnet_dp=args.mxnet_dp)["status"])
+                rec = distributed.run_target(target, opts, args.workers, mxnet_dp=args.mxnet_dp, hosts=args.host_list,
+                                             ssh_options=args.ssh_options, join_timeout=args.join_timeout,
+                                             print_host_commands=args.print_host_commands)
+                if rec is None:                 # --print-host-commands: printed, nothing ran
+                    continue
+                statuses.append(rec["status"])
             else:
                 statuses.append(execute.run_target(target, opts)["status"])
         except interrupt.Interrupted as e:
             stopped = (e, "%s %s batch %d" % (target.name, precision, run_preset.batch_size))
             break
+    if args.print_host_commands:
+        return 0 if "failed" not in statuses else 1
     if stopped is None:
         with interrupt.deferred():      # results.md is written whole; a signal now stops the run after it
             report.write(results_dir, output, command, execute.git_commit())

@@ -104,21 +104,29 @@ class Launcher:
         self.notes = notes
 
 
-def _torch_env(rank: int, world: int, ports: List[int]) -> Dict[str, str]:
-    """torchrun's variables, set by hand: what ``init_process_group("gloo")`` (env://) reads."""
-    return {"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(world),
-            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(ports[0])}
+def _torch_env(rank: int, world: int, ports: List[int], root: str = "127.0.0.1", addresses=None,
+               local_rank: Optional[int] = None) -> Dict[str, str]:
+    """torchrun's variables, set by hand: what ``init_process_group("gloo")`` (env://) reads.  On several hosts
+    (runner/hosts.py): ``root`` is host 0, ``addresses`` each rank's host, ``local_rank`` the rank on its host."""
+    local = rank if local_rank is None else local_rank
+    per_host = world if addresses is None else addresses.count(addresses[rank])
+    return {"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(local), "LOCAL_WORLD_SIZE": str(per_host),
+            "MASTER_ADDR": root, "MASTER_PORT": str(ports[0])}
 
 
-def _tf_env(rank: int, world: int, ports: List[int]) -> Dict[str, str]:
-    config = {"cluster": {"worker": ["127.0.0.1:%d" % p for p in ports]}, "task": {"type": "worker", "index": rank}}
+def _tf_env(rank: int, world: int, ports: List[int], root: str = "127.0.0.1", addresses=None,
+            local_rank: Optional[int] = None) -> Dict[str, str]:
+    addresses = addresses or ["127.0.0.1"] * world
+    config = {"cluster": {"worker": ["%s:%d" % (a, p) for a, p in zip(addresses, ports)]},
+              "task": {"type": "worker", "index": rank}}
     return {"TF_CONFIG": json.dumps(config)}
 
 
-def _jax_env(rank: int, world: int, ports: List[int]) -> Dict[str, str]:
-    address = "127.0.0.1:%d" % ports[0]
+def _jax_env(rank: int, world: int, ports: List[int], root: str = "127.0.0.1", addresses=None,
+             local_rank: Optional[int] = None) -> Dict[str, str]:
+    address = "%s:%d" % (root, ports[0])
     return {"DS2_COORDINATOR": address, "JAX_COORDINATOR_ADDRESS": address, "DS2_NUM_PROCESSES": str(world),
-            "DS2_PROCESS_ID": str(rank), "DS2_LOCAL_RANK": str(rank)}
+            "DS2_PROCESS_ID": str(rank), "DS2_LOCAL_RANK": str(rank if local_rank is None else local_rank)}
 
 
 def _cntk_env(venv: str) -> Dict[str, str]:
@@ -152,10 +160,10 @@ MXNET_DP_MODES = OrderedDict([
 ])
 
 
-def _ps_env(world: int, port: int) -> Dict[str, str]:
+def _ps_env(world: int, port: int, root: str = "127.0.0.1") -> Dict[str, str]:
     """What every process of an MXNet dist_sync run reads (ps-lite): the scheduler's address, the node counts."""
-    return {"DMLC_PS_ROOT_URI": "127.0.0.1", "DMLC_PS_ROOT_PORT": str(port), "DMLC_NUM_SERVER": "1",
-            "DMLC_NUM_WORKER": str(world), "DMLC_NODE_HOST": "127.0.0.1"}
+    return {"DMLC_PS_ROOT_URI": root, "DMLC_PS_ROOT_PORT": str(port), "DMLC_NUM_SERVER": "1",
+            "DMLC_NUM_WORKER": str(world), "DMLC_NODE_HOST": root}
 
 
 LAUNCHERS = OrderedDict((l.name, l) for l in [
@@ -524,9 +532,13 @@ def failure_reason(world: int, statuses: Dict[int, dict], log_prefix: str, launc
 def launch(launcher: Launcher, python: str, script: str, world: int, log_prefix: str, status_prefix: str,
            cwd: str, timeout: Optional[float] = None, env: Optional[dict] = None, venv: Optional[str] = None,
            run_id: Optional[str] = None, announce=print, grace: float = GRACE_S,
-           linger: float = LINGER_S) -> LaunchResult:
+           linger: float = LINGER_S, hosts=None, ssh_options: Optional[List[str]] = None,
+           join_timeout: Optional[float] = None) -> LaunchResult:
     """Run ``script`` as ``world`` workers with ``launcher``; wait; tear everything down on any failure,
     a timeout or an interruption (which is re-raised after the teardown).  Never leaves a process behind.
+
+    ``hosts`` (runner/hosts.py): the processes start on those hosts over ssh (``ssh_options``), each host's under
+    runner/host_agent.py; a host none of whose processes has started within ``join_timeout`` s fails the run.
 
     A run whose every rank reported "ok" but whose processes have not exited ``linger`` seconds later
     (a non-daemon thread, a framework's shutdown barrier) is stopped and counts as ok, with a note."""
@@ -549,7 +561,30 @@ def launch(launcher: Launcher, python: str, script: str, world: int, log_prefix:
     launcher_log = log_prefix + ".launcher.log"
 
     specs = []   # (argv, env, stdout path)
-    if launcher.kind == "torchrun":
+    host_lines = []
+    if hosts and launcher.kind == "mpiexec":       # OpenMPI starts the other hosts' processes itself, over ssh
+        from . import hosts as hosts_mod
+        join_timeout = hosts_mod.JOIN_TIMEOUT_S if join_timeout is None else join_timeout
+        base_env["DS2_HOST_OF_RANK"] = ",".join(h.name for _, h, _ in hosts_mod.rank_hosts(hosts))
+        argv = hosts_mod.mpiexec_argv(hosts, world, ssh_options or [], log_prefix + ".hostfile", join_timeout)
+        for name in sorted(set(["LD_LIBRARY_PATH", MARKER, "DS2_LAUNCHER", "PYTHONUNBUFFERED", "DS2_HOST_OF_RANK"])
+                           & set(base_env)):
+            argv += ["-x", name]
+        specs.append((argv + [python] + worker, base_env, launcher_log))
+    elif hosts:
+        from . import hosts as hosts_mod
+        join_timeout = hosts_mod.JOIN_TIMEOUT_S if join_timeout is None else join_timeout
+        local_only = (MARKER, "DS2_RUNNER_PID", "DS2_RUNNER_START")     # the agent watches the connection instead
+        additions = {k: v for k, v in base_env.items() if os.environ.get(k) != v and k not in local_only}
+        ports = free_ports(world if launcher.ports < 0 else max(1, launcher.ports))
+        per_host = hosts_mod.host_processes(launcher, hosts, python, worker, additions, ports, run_id, join_timeout)
+        for i, (name, processes) in enumerate(per_host.items()):
+            spec = hosts_mod.agent_spec(processes, run_id, hosts[0].name, grace)
+            argv = hosts_mod.ssh_argv(ssh_options or [], name, hosts_mod.remote_command(python, spec, cwd),
+                                      join_timeout)
+            specs.append((argv, base_env, "%s.host%d.log" % (log_prefix, i)))
+            host_lines += ["%s: %s" % (name, line) for line in hosts_mod.printable(processes, cwd)]
+    elif launcher.kind == "torchrun":
         torchrun = os.path.join(os.path.dirname(python), "torchrun")
         argv = [torchrun, "--standalone", "--nnodes", "1", "--nproc_per_node", str(world), "--max-restarts", "0"] \
             + worker
@@ -579,25 +614,27 @@ def launch(launcher: Launcher, python: str, script: str, world: int, log_prefix:
             specs.append(([python] + worker, rank_env, "%s.rank%d.log" % (log_prefix, rank)))
     else:
         raise ValueError("unknown launcher kind %r" % launcher.kind)
-    commands = [" ".join(shlex.quote(a) for a in argv) for argv, _, _ in specs]
+    commands = host_lines or [" ".join(shlex.quote(a) for a in argv) for argv, _, _ in specs]
 
     procs = []   # type: List[subprocess.Popen]
     from . import interrupt
     interrupt.track_run(run_id, lambda sig: _signal_all(procs, run_id, sig))   # a second signal: SIGKILL to all
-    # torchrun and mpiexec stop their workers on SIGTERM; what the runner starts itself gets SIGKILL
-    preexec = _child_setup if launcher.kind in ("torchrun", "mpiexec") else _worker_setup
+    # torchrun and mpiexec stop their workers on SIGTERM; what the runner starts itself gets SIGKILL; an ssh client
+    # that ends closes the connection, and the host's agent stops every process of that host
+    preexec = _child_setup if launcher.kind in ("torchrun", "mpiexec") or hosts else _worker_setup
     t0 = time.time()
     timed_out = None
     first_exit = None
     all_ok_since = None
     lingered = False
     next_status_read = 0.0
+    missing_hosts = None                     # hosts that had not joined when --join-timeout passed
     try:
         for argv, proc_env, out_path in specs:
             with open(out_path, "a") as out:
-                procs.append(subprocess.Popen(argv, cwd=cwd, env=proc_env, stdin=subprocess.DEVNULL, stdout=out,
-                                              stderr=subprocess.STDOUT, start_new_session=True,
-                                              preexec_fn=preexec))
+                procs.append(subprocess.Popen(argv, cwd=cwd, env=proc_env, stdout=out, stderr=subprocess.STDOUT,
+                                              stdin=subprocess.PIPE if hosts else subprocess.DEVNULL,
+                                              start_new_session=True, preexec_fn=preexec))
         while True:
             codes = [p.poll() for p in procs]
             bad = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
@@ -613,6 +650,9 @@ def launch(launcher: Launcher, python: str, script: str, world: int, log_prefix:
             if now >= next_status_read:           # every rank done, yet a process lingers?
                 next_status_read = now + 1.0
                 done = _read_statuses(status_prefix, ranks)
+                if hosts and now - t0 > join_timeout and hosts_mod.not_joined(hosts, done):
+                    missing_hosts = hosts_mod.not_joined(hosts, done)
+                    break
                 if all(done.get(r, {}).get("status") == "ok" for r in range(ranks)):
                     all_ok_since = all_ok_since or now
                     if now - all_ok_since > linger:
@@ -621,6 +661,8 @@ def launch(launcher: Launcher, python: str, script: str, world: int, log_prefix:
             time.sleep(POLL_S)
     finally:   # success, failure, timeout, KeyboardInterrupt alike: nothing of the run survives this
         try:
+            if hosts and launcher.kind != "mpiexec":
+                close_connections(procs, grace)
             terminate(procs, run_id, grace)
         finally:
             interrupt.untrack_run(run_id)
@@ -628,7 +670,17 @@ def launch(launcher: Launcher, python: str, script: str, world: int, log_prefix:
     statuses = _read_statuses(status_prefix, ranks)
     # the run counts when every rank reported ok: its work is done and its files written.  A process that then
     # lingers is stopped; one that dies at exit (a framework's teardown) is named in ``teardown``
-    ok = timed_out is None and all(statuses.get(r, {}).get("status") == "ok" for r in range(ranks))
+    ok = timed_out is None and missing_hosts is None and \
+        all(statuses.get(r, {}).get("status") == "ok" for r in range(ranks))
+    if hosts and launcher.kind != "mpiexec":
+        reason = None if ok else host_failure_reason(hosts, ranks, statuses, log_prefix, codes, first_exit,
+                                                     timed_out, missing_hosts, join_timeout)
+        teardown = None
+        if ok and any(c != 0 for c in codes):
+            teardown = "the processes of %s exited %s" % (", ".join(h.name for h, c in zip(hosts, codes) if c != 0),
+                                                           ", ".join(_describe_code(c) for c in codes if c != 0))
+            announce("  note: every rank finished and reported ok; then %s" % teardown)
+        return LaunchResult(ok, reason, codes, statuses, time.time() - t0, commands, teardown)
     per_rank = launcher.kind in ("processes", "ps")
     cause = first_exit if per_rank else root_cause(launcher_log) if any(c != 0 for c in codes) else None
     teardown = None
@@ -639,12 +691,56 @@ def launch(launcher: Launcher, python: str, script: str, world: int, log_prefix:
         announce("  note: every rank finished and reported ok; then %s" % teardown)
     reason = None if ok else failure_reason(ranks, statuses, log_prefix, launcher_log, codes, per_rank, timed_out,
                                             cause)
+    if missing_hosts:
+        reason = host_failure_reason(hosts, ranks, statuses, log_prefix, codes, first_exit, timed_out, missing_hosts,
+                                     join_timeout).split("; its connection:")[0]
     if not ok and first_exit is not None and first_exit[0] >= ranks and ps_roles and \
             not any(s.get("status") == "failed" for s in statuses.values()):
         role = ps_roles[first_exit[0] - ranks]
         reason = "the MXNet ps-lite %s died (%s): %s" % (role, _describe_code(first_exit[1]),
                                                          _role_log_line("%s.%s.log" % (log_prefix, role)))
     return LaunchResult(ok, reason, codes, statuses, time.time() - t0, commands, teardown)
+
+
+def close_connections(procs: List[subprocess.Popen], grace: float) -> None:
+    """Close every host's ssh connection (its agent then stops that host's processes) and wait for the agents to
+    report back, at most ``grace`` + 5 s; what is still connected after that gets the usual teardown."""
+    for p in procs:
+        try:
+            if p.stdin:
+                p.stdin.close()
+        except OSError:
+            pass
+    deadline = time.time() + grace + 5
+    while time.time() < deadline and any(p.poll() is None for p in procs):
+        time.sleep(POLL_S)
+
+
+def host_failure_reason(hosts, ranks: int, statuses: Dict[int, dict], log_prefix: str, codes: List[Optional[int]],
+                        first_exit, timed_out, missing_hosts, join_timeout: float) -> str:
+    """One line: the host that did not join, the rank that failed (and its host), or the host whose connection
+    or processes ended first."""
+    if missing_hosts:
+        return ("host %s did not join within %g s (--join-timeout): none of its processes started; its connection: "
+                "%s" % (", ".join(missing_hosts), join_timeout,
+                        _role_log_line("%s.host%d.log" % (log_prefix, [h.name for h in hosts].index(missing_hosts[0])))))
+    failed = sorted(r for r, st in statuses.items() if st.get("status") == "failed")
+    if failed:
+        st = statuses[failed[0]]
+        return "rank %d (host %s) failed: %s" % (failed[0], st.get("ds2_host"), st.get("error") or "no message")
+    if timed_out is not None:
+        return "timed out after %g s (--timeout)" % timed_out
+    if first_exit is not None:
+        i, code = first_exit
+        line = _role_log_line("%s.host%d.log" % (log_prefix, i))
+        if code == 255:
+            return "host %s did not join: ssh failed: %s" % (hosts[i].name, line)
+        gone = [r for r in range(ranks) if statuses.get(r, {}).get("status") == "running"
+                and statuses[r].get("ds2_host") == hosts[i].name]
+        return "the processes of host %s ended (%s)%s: %s" % (
+            hosts[i].name, _describe_code(code), "; rank %s never reported" % ", ".join(map(str, gone)) if gone else "",
+            line)
+    return "a rank did not report ok"
 
 
 # ---- one target, W workers: the record -----------------------------------------------------------------
@@ -656,10 +752,12 @@ def _global_opts(opts, workers: int):
     return g
 
 
-def record_stem(target: Target, opts, workers: int, mxnet_dp: str = "sync") -> str:
-    """The single-worker stem of the *global* batch, plus ``_w<W>`` (and an MXNet mode's suffix)."""
+def record_stem(target: Target, opts, workers: int, mxnet_dp: str = "sync", n_hosts: int = 1) -> str:
+    """The single-worker stem of the *global* batch, plus ``_w<W>`` (an MXNet mode's suffix; ``_h<N>`` on N
+    hosts)."""
     from .execute import record_stem as single_stem
-    return single_stem(target, _global_opts(opts, workers)) + "_w%d" % workers + MXNET_DP_MODES[mxnet_dp]["suffix"]
+    return single_stem(target, _global_opts(opts, workers)) + "_w%d" % workers + MXNET_DP_MODES[mxnet_dp]["suffix"] \
+        + ("_h%d" % n_hosts if n_hosts > 1 else "")
 
 
 def no_dp_reason(target: Target, launcher: Optional[Launcher] = None) -> Optional[str]:
@@ -675,12 +773,16 @@ def no_dp_reason(target: Target, launcher: Optional[Launcher] = None) -> Optiona
 
 
 def run_target(target: Target, opts, workers: int, announce=print, python: Optional[str] = None,
-               launcher: Optional[Launcher] = None, grace: float = GRACE_S, mxnet_dp: str = "sync") -> dict:
+               launcher: Optional[Launcher] = None, grace: float = GRACE_S, mxnet_dp: str = "sync",
+               hosts=None, ssh_options: Optional[List[str]] = None, join_timeout: Optional[float] = None,
+               print_host_commands: bool = False) -> dict:
     """Run ``target`` with ``workers`` processes and write its record (``<stem>_w<W>.json``); returns it.
 
     ``python`` / ``launcher`` override the target's environment interpreter and launcher (the tests run
     a standard-library fixture notebook in the runner's own interpreter with the "python" launcher).
     ``mxnet_dp``: MXNet's mode (:data:`MXNET_DP_MODES`; "sync" for every other framework).
+    ``hosts``, ``ssh_options``, ``join_timeout``: several hosts (runner/hosts.py); ``print_host_commands``: print
+    each host's command instead of running it (returns None).
     """
     from . import execute
     if workers < 2:
@@ -688,7 +790,7 @@ def run_target(target: Target, opts, workers: int, announce=print, python: Optio
     mode = MXNET_DP_MODES[mxnet_dp]
     started = results.utc_now()
     gopts = _global_opts(opts, workers)
-    stem = record_stem(target, opts, workers, mxnet_dp)
+    stem = record_stem(target, opts, workers, mxnet_dp, len(hosts or []))
     dirs = {k: os.path.join(opts.results_dir, k) for k in ("records", ".staging", "logs")}
     for d in dirs.values():
         os.makedirs(d, exist_ok=True)
@@ -708,6 +810,8 @@ def run_target(target: Target, opts, workers: int, announce=print, python: Optio
                            ("shards", None)])
     if target.row_of_record == "mxnet":
         section["mxnet_dp"] = mxnet_dp
+    if hosts:
+        section["hosts"] = [h.to_dict() for h in hosts]
 
     def rel(path):
         return os.path.relpath(path, ROOT)
@@ -743,7 +847,12 @@ def run_target(target: Target, opts, workers: int, announce=print, python: Optio
     reason = no_dp_reason(target, launcher)
     if reason:
         return finish("skipped", reason)
-    if opts.device == "cuda":
+    if hosts:
+        from . import hosts as hosts_mod
+        if launcher.kind not in ("torchrun", "processes", "ps", "mpiexec"):
+            return finish("skipped", "the %s launcher is not run on several hosts here (%s)"
+                          % (launcher.name, hosts_mod.MULTI_HOST.get(launcher.name, "no multi-host form")))
+    if opts.device == "cuda" and not hosts:     # each host's GPUs are its own
         visible = len(envinfo.gpus())
         if visible < workers:     # one GPU per worker (torchrun LOCAL_RANK, MWMS, JAX, mpiexec) or per device (MXNet)
             return finish("skipped", "%d workers need %d GPUs; %d visible" % (workers, workers, visible))
@@ -781,12 +890,22 @@ def run_target(target: Target, opts, workers: int, announce=print, python: Optio
         return finish("failed", "cannot export the notebook to a script: %s: %s"
                       % (type(e).__name__, results.one_line(str(e))))
     # 4. the launch
-    announce("  %d workers via %s" % (workers, launcher.name))
+    if print_host_commands:
+        return print_commands(launcher, hosts, python, venv, script, workers, log_prefix, status_prefix, target,
+                              join_timeout)
+    if hosts:
+        try:
+            hosts_mod.preflight(hosts, ssh_options or [], python, [ROOT, script],
+                                hosts_mod.JOIN_TIMEOUT_S if join_timeout is None else join_timeout)
+        except hosts_mod.HostsError as e:
+            return finish("failed", str(e))
+    announce("  %d workers via %s%s" % (workers, launcher.name, " on %d hosts (%s)" % (
+        len(hosts), ", ".join("%s:%d" % (h.name, h.slots) for h in hosts)) if hosts else ""))
     claim_staging(status_prefix)
     try:
         res = launch(launcher, python, script, workers, log_prefix, status_prefix,
                      cwd=os.path.dirname(target.notebook_path), timeout=opts.timeout, venv=venv,
-                     announce=announce, grace=grace)
+                     announce=announce, grace=grace, hosts=hosts, ssh_options=ssh_options, join_timeout=join_timeout)
     except KeyboardInterrupt as e:     # run_all.py's SIGINT/SIGTERM (runner.interrupt) say which
         release_staging(status_prefix, workers)
         finish("failed", getattr(e, "reason", "interrupted by the user"))
@@ -857,6 +976,25 @@ def run_target(target: Target, opts, workers: int, announce=print, python: Optio
     else:
         announce("  %s: %s" % (rec["status"], rec["error"]))
     return rec
+
+
+def print_commands(launcher, hosts, python, venv, script, workers, log_prefix, status_prefix, target,
+                   join_timeout) -> None:
+    """``--print-host-commands``: each host's processes as shell lines, for a job script (Slurm, Kubernetes)."""
+    from . import hosts as hosts_mod
+    env = {"DS2_LAUNCHER": launcher.name, "PYTHONUNBUFFERED": "1"}
+    if launcher.extra_env and venv:
+        env.update(launcher.extra_env(venv))
+    worker = [WORKER, "--log-prefix", log_prefix, "--status-prefix", status_prefix, script]
+    ports = [29400 + i for i in range(workers if launcher.ports < 0 else max(1, launcher.ports))]
+    per_host = hosts_mod.host_processes(launcher, hosts, python, worker, env, ports, "ds2-" + uuid.uuid4().hex[:8],
+                                        hosts_mod.JOIN_TIMEOUT_S if join_timeout is None else join_timeout)
+    print("# %s on %d hosts: run each host's lines on that host (rank 0 writes its record to %s)"
+          % (target.name, len(hosts), os.path.relpath(status_prefix + ".json", ROOT)))
+    for name, processes in per_host.items():
+        for line in hosts_mod.printable(processes, os.path.dirname(target.notebook_path)):
+            print("%s\t%s" % (name, line))
+    return None
 
 
 def equivalence_with(rec: dict, single_path: str) -> dict:
@@ -1007,7 +1145,10 @@ def equivalence_rows(records: List[dict]) -> List[OrderedDict]:
             ("Row", "%s %s%s" % (rec["target"], rec.get("precision") or "",
                                  " (%s)" % d["mxnet_dp"] if d.get("mxnet_dp", "sync") != "sync" else "")),
             ("Status", rec["status"]),
-            ("Workers", d.get("world_size")), ("Launcher", d.get("launcher")), ("Backend", d.get("backend")),
+            ("Workers", d.get("world_size")),
+            ("Hosts", "%d hosts (%s)" % (len(d["hosts"]), ", ".join("%s:%s" % (h["host"], h["processes"])
+                                                                    for h in d["hosts"])) if d.get("hosts") else "1"),
+            ("Launcher", d.get("launcher")), ("Backend", d.get("backend")),
             ("Batch per worker / global", "%s / %s" % (d.get("per_worker_batch"), d.get("global_batch"))),
             ("BatchNorm sync", d.get("sync_batchnorm")),
             ("Audio s/s", speed), ("1 worker audio s/s", speed1),

@@ -69,6 +69,12 @@ def watch_runner(runner_alive, env=None):
     return thread
 
 
+def _host_of_rank(rank):
+    """The hostfile's name of this rank's host when the launcher (mpiexec) places ranks host by host."""
+    names = [n for n in os.environ.get("DS2_HOST_OF_RANK", "").split(",") if n]
+    return names[rank] if rank < len(names) else None
+
+
 def main(argv):
     args = list(argv)
     prefixes = {}
@@ -104,7 +110,8 @@ def main(argv):
     sys.stderr = os.fdopen(2, "w", buffering=1)
 
     status = {"rank": rank, "world_size": world.world_size, "source": world.source, "pid": os.getpid(),
-              "host": os.uname()[1], "started": time.time(), "status": "running"}
+              "host": os.uname()[1], "ds2_host": os.environ.get("DS2_HOST") or _host_of_rank(rank), "started": time.time(),
+              "status": "running"}
     _write_json(status_path, status)
     print("[dp_worker] rank %d of %d (%s), pid %d, script %s" % (rank, world.world_size, world.source,
                                                               os.getpid(), script))

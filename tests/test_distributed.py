@@ -257,7 +257,7 @@ def test_two_workers_rank0_writes_the_record_the_runner_completes_it(tmp_path, t
     from runner import report
     text = report.render(str(tmp_path), "cmd", None, str(tmp_path / "results.md"))
     assert "## Data-parallel: W workers against one" in text and "standard library / 2 workers" in text
-    row = [l for l in text.splitlines() if l.startswith("| fixture fp32 | ok | 2 | python | files | 4 / 8 |")]
+    row = [l for l in text.splitlines() if l.startswith("| fixture fp32 | ok | 2 | 1 | python | files | 4 / 8 |")]
     assert len(row) == 1 and row[0].endswith("| pass |"), text
 
 

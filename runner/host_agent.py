@@ -1,0 +1,141 @@
+"""What ``run_all.py --hosts`` runs on each host, over ssh: ``python runner/host_agent.py SPEC``.
+
+SPEC (base64 JSON) lists the processes of this host: the framework's own launcher (torchrun) or its workers,
+each an argv and the variables to add to the environment.  The agent starts them, waits, and exits with the
+first non-zero status (0 when all end well).  It is not a launcher: it adds no rendezvous or collective of its
+own; it makes sure nothing of the run outlives the runner on this host:
+
+- when its standard input reaches end-of-file -- the runner closed it, or the runner or the ssh connection died
+  -- or it gets SIGTERM, SIGINT or SIGHUP, it sends SIGTERM to every process it started (their process groups)
+  and to every process whose environment carries the run's marker (``DS2_DP_HOST_RUN``: torchrun starts its
+  workers in sessions of their own), waits ``grace`` seconds and SIGKILLs what is left;
+- before it starts them, it names the network interface that reaches the first host (``route_to``) in
+  ``GLOO_SOCKET_IFNAME`` unless that is set: Gloo would otherwise bind the address the machine's hostname
+  resolves to, which another host may not reach.
+
+Standard library only, Python 3.6-compatible (CNTK's environment).
+"""
+import base64
+import fcntl
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+
+MARKER = "DS2_DP_HOST_RUN"
+POLL_S = 0.1
+
+
+def marked(value):
+    """Live processes whose initial environment holds MARKER=value (a /proc scan), this one excepted."""
+    needle = ("%s=%s" % (MARKER, value)).encode()
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open("/proc/%s/environ" % entry, "rb") as f:
+                if needle not in f.read().split(b"\0"):
+                    continue
+            with open("/proc/%s/stat" % entry) as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    continue
+        except OSError:
+            continue
+        out.append(int(entry))
+    return out
+
+
+def interface_to(host, port=9):
+    """The name of the local interface whose address routes to ``host`` (None when unknown)."""
+    try:
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.connect((host, port))                   # no packet is sent: the kernel picks the route and source
+        local = s.getsockname()[0]
+        s.close()
+        for _, name in socket.if_nameindex():
+            probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            try:
+                packed = fcntl.ioctl(probe.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))  # SIOCGIFADDR
+                if socket.inet_ntoa(packed[20:24]) == local:
+                    return name
+            except OSError:
+                pass
+            finally:
+                probe.close()
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def main(argv):
+    if len(argv) != 1:
+        sys.stderr.write("usage: host_agent.py SPEC (base64 JSON: marker, grace, route_to, processes)\n")
+        return 2
+    spec = json.loads(base64.b64decode(argv[0]).decode())
+    value, grace = spec["marker"], float(spec.get("grace", 5.0))
+    base = dict(os.environ, **{MARKER: value})
+    if spec.get("route_to") and "GLOO_SOCKET_IFNAME" not in base:
+        name = interface_to(spec["route_to"])
+        if name:
+            base["GLOO_SOCKET_IFNAME"] = name
+    stop = threading.Event()
+
+    def on_signal(signum, frame):
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+
+    def watch_stdin():
+        try:
+            while os.read(0, 4096):
+                pass
+        except OSError:
+            pass
+        stop.set()
+
+    threading.Thread(target=watch_stdin, daemon=True).start()
+    procs = []
+    for p in spec["processes"]:
+        procs.append(subprocess.Popen(p["argv"], env=dict(base, **p.get("env", {})), cwd=p.get("cwd"),
+                                      stdin=subprocess.DEVNULL, start_new_session=True))
+    code = None
+    while not stop.is_set():
+        codes = [p.poll() for p in procs]
+        bad = [c for c in codes if c not in (None, 0)]
+        if bad:
+            code = bad[0]
+            break
+        if all(c == 0 for c in codes):
+            code = 0
+            break
+        time.sleep(POLL_S)
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, grace)):
+        for p in procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, sig)
+                except OSError:
+                    pass
+        for pid in marked(value):
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+        deadline = time.time() + wait
+        while time.time() < deadline and (any(p.poll() is None for p in procs) or marked(value)):
+            time.sleep(POLL_S)
+    if code is None:
+        sys.stderr.write("[host_agent] stopped: every process of this host ended\n")
+        return 143
+    return code if code >= 0 else 128 - code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
