@@ -8,7 +8,11 @@ collects each step from every notebook and writes
   pick, step by step -- translate from one framework to another at a glance.
 
     python -m runner.rosetta            # regenerate both (run_all.py does it too)
-    python -m runner.rosetta --check    # exit 1 if the committed pages are not current (CI)
+    python -m runner.rosetta --check    # exit 1 if the committed pages or translations are not current (CI)
+    python -m runner.rosetta --extract pytorch   # docs/translations/ds2_pytorch.py only (a row, or "all")
+
+Each framework's cells tagged ``translation`` (model, CTC loss, one training step) are also written as one
+standalone file per row, ``docs/translations/ds2_<row>.py`` (runner/translation.py); both pages link to them.
 """
 import argparse
 import html
@@ -20,6 +24,7 @@ from typing import Dict, List
 
 from common.results import atomic_write_text
 
+from . import translation
 from .bootstrap import ROOT
 from .targets import TARGETS
 
@@ -76,6 +81,21 @@ def cells_by_step(path: str) -> Dict[str, List[dict]]:
     return steps
 
 
+def translation_links(page_dir: str) -> "OrderedDict":
+    """Display name -> [(row, path of its translation relative to ``page_dir``)], for the rows that have one."""
+    out = OrderedDict()
+    for nb, name in notebooks().items():
+        out[name] = [(row, os.path.relpath(translation.output_path(row), page_dir)) for row in translation.rows()
+                     if TARGETS[row].notebook == nb]
+    return out
+
+
+TRANSLATION_TITLE = "The translation as one file"
+TRANSLATION_WHAT = ("The cells tagged `translation` -- model, CTC loss, one training step -- as one standalone .py "
+                    "file per row (`python -m runner.rosetta --extract ROW`): the framework and NumPy only, the DS2 "
+                    "configuration as literal values.")
+
+
 def collect() -> "OrderedDict":
     return OrderedDict((name, cells_by_step(os.path.join(ROOT, "notebooks", nb)))
                        for nb, name in notebooks().items())
@@ -102,7 +122,14 @@ def render_markdown(data: "OrderedDict") -> str:
         "",
         "Steps: " + " · ".join("[%s](#%s)" % (title, _anchor(title)) for _, title, _ in STEPS),
         "",
+        "## %s" % TRANSLATION_TITLE,
+        "",
+        TRANSLATION_WHAT,
+        "",
     ]
+    for name, links in translation_links(ROOT).items():
+        lines.append("- %s: %s" % (name, ", ".join("[%s](%s)" % (p, p) for _, p in links) or "_none yet_"))
+    lines.append("")
     for tag, title, what in STEPS:
         lines += ["## %s" % title, "", what, ""]
         for name in names:
@@ -214,6 +241,14 @@ def render_html(data: "OrderedDict") -> str:
     highlight = _highlighter()
     markdown = _markdown_renderer(highlight)
     parts = [HTML_HEAD % (HTML_STYLE, _pygments_css())]
+    parts.append("<h2>%s</h2><p class=\"what\">%s</p><div class=\"row\">" % (
+        html.escape(TRANSLATION_TITLE), markdown(TRANSLATION_WHAT)[3:-5]))
+    for name, links in translation_links(os.path.dirname(OUTPUTS["html"])).items():
+        body = ", ".join("<a href=\"%s\"><code>%s</code></a>" % (html.escape(p), html.escape(os.path.basename(p)))
+                         for _, p in links) or "<span class=\"none\">none yet</span>"
+        parts.append("<div class=\"col\" data-fw=\"%s\"><b>%s</b><p>%s</p></div>" % (
+            html.escape(name), html.escape(name), body))
+    parts.append("</div>")
     for tag, title, what in STEPS:
         parts.append("<h2>%s</h2><p class=\"what\">%s</p><div class=\"row\">" % (html.escape(title), html.escape(what)))
         for name in names:
@@ -233,42 +268,62 @@ OUTPUTS = {
 
 
 def render_all() -> Dict[str, str]:
+    """{path: text} of both pages and every row's translation."""
     data = collect()
-    return {"md": render_markdown(data), "html": render_html(data)}
+    out = OrderedDict([(OUTPUTS["md"], render_markdown(data)), (OUTPUTS["html"], render_html(data))])
+    out.update(translation.render_all())
+    return out
 
 
 def write() -> None:
-    for key, text in render_all().items():
-        atomic_write_text(OUTPUTS[key], text)
+    for path, text in render_all().items():
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        atomic_write_text(path, text)
+
+
+def extract(row: str) -> str:
+    """Write one row's translation (``docs/translations/ds2_<row>.py``); returns its path."""
+    path = translation.output_path(row)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    atomic_write_text(path, translation.render(row))
+    return path
 
 
 def stale() -> List[str]:
-    """The pages whose committed text differs from what the notebooks generate now."""
+    """The pages and translations whose committed text differs from what the notebooks generate now."""
     out = []
-    for key, text in render_all().items():
+    for path, text in render_all().items():
         try:
-            with open(OUTPUTS[key]) as f:
+            with open(path) as f:
                 current = f.read()
         except OSError:
             current = None
         if current != text:
-            out.append(os.path.relpath(OUTPUTS[key], ROOT))
+            out.append(os.path.relpath(path, ROOT))
     return out
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m runner.rosetta", description="Generate ROSETTA.md and docs/rosetta.html.")
-    p.add_argument("--check", action="store_true", help="exit 1 if the pages are not current")
+    p.add_argument("--check", action="store_true", help="exit 1 if the pages or translations are not current")
+    p.add_argument("--extract", metavar="ROW", choices=translation.rows() + ["all"],
+                   help="write docs/translations/ds2_ROW.py only: the notebook's cells tagged 'translation' as one "
+                        "standalone file (rows: %s; or all)" % ", ".join(translation.rows()))
     args = p.parse_args(argv)
+    if args.extract:
+        for row in translation.rows() if args.extract == "all" else [args.extract]:
+            print("wrote %s" % os.path.relpath(extract(row), ROOT))
+        return 0
     if args.check:
         bad = stale()
         if bad:
             print("not current: %s (run python -m runner.rosetta)" % ", ".join(bad), file=sys.stderr)
             return 1
-        print("ROSETTA.md and docs/rosetta.html are current")
+        print("ROSETTA.md, docs/rosetta.html and docs/translations/ are current")
         return 0
+    written = render_all()
     write()
-    print("wrote %s" % ", ".join(os.path.relpath(p, ROOT) for p in OUTPUTS.values()))
+    print("wrote %s" % ", ".join(os.path.relpath(p, ROOT) for p in written))
     return 0
 
 

@@ -9,7 +9,7 @@ from urllib.parse import quote
 
 import pytest
 
-from runner import rosetta
+from runner import rosetta, translation
 from runner.targets import TARGETS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -56,7 +56,9 @@ def test_notebook_has_every_section_in_order(name):
     tags = [t[len("rosetta:"):] for c in nb["cells"] for t in c.get("metadata", {}).get("tags", [])
             if t.startswith("rosetta:")]
     wanted = [step for step, _, _ in rosetta.STEPS]
-    assert [t for t in tags if t in wanted] == sorted(set(tags) & set(wanted), key=wanted.index)  # in step order
+    steps = [t for t in tags if t in wanted]
+    steps = [t for i, t in enumerate(steps) if i == 0 or steps[i - 1] != t]   # a step may span consecutive cells
+    assert steps == sorted(set(tags) & set(wanted), key=wanted.index)  # in step order
     assert set(wanted) <= set(tags), set(wanted) - set(tags)
 
 
@@ -73,7 +75,18 @@ def test_rosetta_pages_show_every_framework_for_every_step():
         for name in data:
             assert "### %s\n" % name in section
     html = rosetta.render_html(data)
-    assert html.count("<h2>") == len(rosetta.STEPS) and "<select id=\"left\">" in html
+    assert html.count("<h2>") == len(rosetta.STEPS) + 1 and "<select id=\"left\">" in html   # + the translation
+
+
+def test_rosetta_pages_link_every_translation():
+    md = rosetta.render_markdown(rosetta.collect())
+    section = md.split("## %s\n" % rosetta.TRANSLATION_TITLE)[1].split("\n## ")[0]
+    for row in translation.rows():
+        rel = os.path.relpath(translation.output_path(row), ROOT)
+        assert "](%s)" % rel in section and os.path.exists(translation.output_path(row)), row
+    page = rosetta.render_html(rosetta.collect())
+    for row in translation.rows():
+        assert "href=\"%s\"" % os.path.relpath(translation.output_path(row), os.path.join(ROOT, "docs")) in page
 
 
 # ---- docs/rosetta.html in a real browser -------------------------------------------------------------
@@ -105,8 +118,13 @@ def test_rosetta_page_in_chromium_shows_the_two_frameworks_rendered(tmp_path, le
     assert left in names and right in names
     dom = rendered_dom(tmp_path, "left=%s&right=%s" % (quote(left), quote(right)))
     rows = dom.select("div.row")
-    assert len(rows) == len(rosetta.STEPS)
-    for row, (tag, _, _) in zip(rows, rosetta.STEPS):
+    assert len(rows) == len(rosetta.STEPS) + 1
+    links = {p["data-fw"]: p for p in rows[0].select("div.col[data-fw]") if not p.has_attr("hidden")}
+    assert set(links) == {left, right}                                # the translation files of the two shown
+    for name, pane in links.items():
+        rows_of = [r for r in translation.rows() if rosetta.notebooks().get(TARGETS[r].notebook) == name]
+        assert len(pane.select("a[href$='.py']")) == len(rows_of), (name, pane.get_text())
+    for row, (tag, _, _) in zip(rows[1:], rosetta.STEPS):
         panes = row.select("div.col[data-fw]")
         assert sorted(p["data-fw"] for p in panes) == sorted(names)
         shown = {p["data-fw"]: p for p in panes if not p.has_attr("hidden")}
