@@ -579,7 +579,8 @@ def launch(launcher: Launcher, python: str, script: str, world: int, log_prefix:
         ports = free_ports(world if launcher.ports < 0 else max(1, launcher.ports))
         per_host = hosts_mod.host_processes(launcher, hosts, python, worker, additions, ports, run_id, join_timeout)
         for i, (name, processes) in enumerate(per_host.items()):
-            spec = hosts_mod.agent_spec(processes, run_id, hosts[0].name, grace)
+            # a marker per host: an agent stops its own host's processes only (simulated hosts share one PID space)
+            spec = hosts_mod.agent_spec(processes, "%s-%d" % (run_id, i), hosts[0].name, grace)
             argv = hosts_mod.ssh_argv(ssh_options or [], name, hosts_mod.remote_command(python, spec, cwd),
                                       join_timeout)
             specs.append((argv, base_env, "%s.host%d.log" % (log_prefix, i)))

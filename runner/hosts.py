@@ -195,6 +195,8 @@ def preflight(hosts: List[Host], ssh_options: List[str], python: str, paths: Lis
     HostsError naming the first host that does not."""
     check = " && ".join(["test -x %s" % shlex.quote(python)] + ["test -e %s" % shlex.quote(p) for p in paths]
                         + ["echo ds2-host-ok"])
+    import time
+    t0 = time.time()
     procs = [(h, subprocess.Popen(ssh_argv(ssh_options, h.name, check, timeout), stdin=subprocess.DEVNULL,
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True))
              for h in hosts]
@@ -205,12 +207,15 @@ def preflight(hosts: List[Host], ssh_options: List[str], python: str, paths: Lis
         except subprocess.TimeoutExpired:
             p.kill()
             p.communicate()
-            problems.append("host %s did not answer over ssh within %g s" % (h.name, timeout))
+            problems.append("host %s did not join within %g s (--join-timeout): no answer over ssh" % (h.name, timeout))
             continue
         if "ds2-host-ok" not in out:
             last = [l for l in out.strip().splitlines() if l.strip()]
-            if p.returncode == 255:
-                problems.append("host %s: ssh failed: %s" % (h.name, last[-1] if last else "exit 255"))
+            if p.returncode == 255 and time.time() - t0 >= timeout - 0.5:     # ssh's ConnectTimeout is the bound
+                problems.append("host %s did not join within %g s (--join-timeout): ssh: %s"
+                                % (h.name, timeout, last[-1] if last else "exit 255"))
+            elif p.returncode == 255:
+                problems.append("host %s did not join: ssh failed: %s" % (h.name, last[-1] if last else "exit 255"))
             else:
                 problems.append("host %s does not have %s at the same path (a shared filesystem or a copy of "
                                 "the tree and its environments is needed)" % (h.name, " or ".join([python] + paths)))

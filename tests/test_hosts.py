@@ -239,12 +239,22 @@ def _fixture_on_hosts(tmp_path, sim_hosts, hostfile=None, join_timeout=None, **p
                                   ssh_options=sim_hosts["ssh_options"], join_timeout=join_timeout)
 
 
-def test_a_host_that_never_joins_ends_the_run_within_the_join_timeout(sim_hosts, tmp_path):
+@pytest.mark.parametrize("case", ["unreachable", "silent"])
+def test_a_host_that_never_joins_ends_the_run_within_the_join_timeout(sim_hosts, tmp_path, case):
     hostfile = tmp_path / "hosts"
-    hostfile.write_text("10.77.0.1\n10.77.0.9\n")        # no host has that address
+    if case == "unreachable":                            # no host has that address
+        hostfile.write_text("10.77.0.1\n10.77.0.9\n")
+        missing, options = "10.77.0.9", sim_hosts["ssh_options"]
+    else:                                                # a host that never answers: its connection hangs
+        config = tmp_path / "ssh_config"
+        config.write_text("Host 10.77.0.2\n    ProxyCommand sleep 600\nHost *\nInclude %s/ssh_config\n" % SIM_DIR)
+        hostfile.write_text("10.77.0.1\n10.77.0.2\n")
+        missing, options = "10.77.0.2", ["-F", str(config)]
     t0 = time.time()
-    rec = _fixture_on_hosts(tmp_path, sim_hosts, str(hostfile), join_timeout=8)
-    assert rec["status"] == "failed" and "host 10.77.0.9 did not join" in rec["error"], rec["error"]
+    rec = _fixture_on_hosts(tmp_path, dict(sim_hosts, ssh_options=options), str(hostfile), join_timeout=8)
+    assert rec["status"] == "failed" and rec["error"].startswith("host %s did not join" % missing), rec["error"]
+    if case == "silent":
+        assert "within 8 s (--join-timeout)" in rec["error"] and time.time() - t0 >= 8
     assert "\n" not in rec["error"] and time.time() - t0 < 8 + 20
     assert_no_process_left()
     assert_only_whole_records(tmp_path)
