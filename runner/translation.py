@@ -104,6 +104,42 @@ workers = 1                                           # > 1: data-parallel over 
 ''',
         "loss": "float(out)"}),
 ])
+
+
+def _cntk_preamble() -> str:
+    """CNTK's cells also read the frames per second, the mean output frames of a minibatch (the notebook's
+    iterator; here its value for the full model's deepmark preset and for smoke) and common/labels.py's CTC label
+    encoding (copied here from its source)."""
+    from common import labels
+    from common.data import DeepMarkIterator
+    from common.spec import FRAMES_PER_SECOND, get_preset
+    frames = {}
+    for width, preset in (("full", "deepmark"), ("smoke", "smoke")):
+        P = get_preset(preset)
+        data = DeepMarkIterator(P.batch_size, P.scale, 0, n_freq=P.config.n_freq, n_classes=P.config.n_classes)
+        frames[width] = data.audio_seconds * P.config.output_length(FRAMES_PER_SECOND) / len(data)
+    return '''import math
+
+import cntk as C
+import numpy as np
+
+dev = C.device.cpu()                                  # the notebook: a GPU when CNTK sees one
+C.device.try_set_default_device(dev)
+on_gpu = fused = False                                # fused: optimized_rnnstack (cuDNN), GPU only
+workers = 1                                           # > 1: data-parallel under MPI (global BatchNorm statistics)
+FRAMES_PER_SECOND = %d
+#: the mean output frames of a minibatch, from the notebook's iterator (deepmark preset; smoke)
+frames_per_minibatch = %r[os.environ.get("DS2_WIDTH", "full")]
+
+
+def all_reduce(x):
+    return x                                          # one process: nothing to reduce
+
+
+%s''' % (FRAMES_PER_SECOND, frames, inspect.getsource(labels.frame_labels).rstrip())
+
+
+ROWS["cntk"] = {"preamble": _cntk_preamble, "loss": "float(out)"}
 for _backend in ("jax", "tensorflow", "torch"):
     ROWS["keras-" + _backend] = {
         "preamble": '''backend = "%s"                                    # jax | tensorflow | torch: the notebook's parameter
@@ -115,6 +151,8 @@ from keras import layers, ops  # noqa: E402
 jit_compile = "auto"                                  # the backend's default; True: the xla variant (TensorFlow)
 ''' % _backend + _ONE_PROCESS,
         "loss": "float(out)"}
+
+ROWS = OrderedDict((row, ROWS[row]) for row in TARGETS if row in ROWS)     # run_all.py's order
 
 
 def rows() -> List[str]:
@@ -218,7 +256,8 @@ The notebook then loads the canonical weights (its section 5) and checks the fir
 reference; tests/test_translation.py does the same with this file.
 """
 ''' % (TARGETS[row].label, rel, row, os.path.relpath(output_path(row), ROOT), os.path.relpath(output_path(row), ROOT))
-    parts = [header, "import os", "", spec["preamble"].strip("\n"), "", "", config_source(), ""]
+    preamble = spec["preamble"]() if callable(spec["preamble"]) else spec["preamble"]
+    parts = [header, "import os", "", preamble.strip("\n"), "", "", config_source(), ""]
     for cell in cells:
         parts += ["", "# %%%% %s cell %d (%s)" % (os.path.basename(path), cell["index"], ", ".join(cell["tags"])),
                   cell["source"], ""]

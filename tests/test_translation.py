@@ -106,4 +106,5 @@ def test_translation_takes_the_first_step_like_the_reference(row, tmp_path):
                           stderr=subprocess.STDOUT, universal_newlines=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-4000:]
     result = json.loads([line for line in proc.stdout.splitlines() if line.startswith("RESULT ")][-1][7:])
+    print(row, result)
     assert result["ok"] and result["rel_diff"] <= result["rtol"], result
