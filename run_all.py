@@ -15,5 +15,8 @@ from runner.bootstrap import reexec_in_runner
 
 if __name__ == "__main__":
     reexec_in_runner(sys.argv)
+    from runner import interrupt
     from runner.cli import main
-    sys.exit(main(sys.argv[1:]))
+    status = main(sys.argv[1:])
+    interrupt.exit_if_stopped(status)       # stopped by a signal: no interpreter shutdown for a late one to hit
+    sys.exit(status)

@@ -113,8 +113,8 @@ def main(argv):
               "host": os.uname()[1], "ds2_host": os.environ.get("DS2_HOST") or _host_of_rank(rank), "started": time.time(),
               "status": "running"}
     _write_json(status_path, status)
-    print("[dp_worker] rank %d of %d (%s), pid %d, script %s" % (rank, world.world_size, world.source,
-                                                              os.getpid(), script))
+    print("[dp_worker] rank %d of %d (%s), host %s, pid %d, script %s" % (rank, world.world_size, world.source,
+                                                                       os.uname()[1], os.getpid(), script))
     code = 0
     try:
         sys.argv = [script] + args[1:]

@@ -123,7 +123,7 @@ def host_processes(launcher, hosts: List[Host], python: str, worker: List[str], 
                                                                       addresses=addresses, local_rank=local))
             out[h.name].append({"argv": [python] + worker, "env": env})
     elif launcher.kind == "ps":
-        from .distributed import _ps_env
+        from .launchers import _ps_env
         ps = _ps_env(world, ports[0], root=root)
         for rank, h, local in rank_hosts(hosts):
             env = dict(base_env, DS2_HOST=h.name, DMLC_ROLE="worker", DMLC_NODE_HOST=h.name, RANK=str(rank),

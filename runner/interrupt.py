@@ -51,8 +51,26 @@ def install() -> dict:
 
 
 def restore(previous: dict) -> None:
+    """The handlers before :func:`install`; after a stop by a signal, ours stay until the process exits, so that
+    another signal on the way out (interpreter shutdown can take a second) still exits with 128 + the first."""
+    if _state["signum"] is not None:
+        return
     for sig, handler in previous.items():
         signal.signal(sig, handler)
+
+
+def exit_if_stopped(status: int) -> None:
+    """After a run a signal stopped: exit now with ``status`` (output flushed), skipping the interpreter's shutdown,
+    which resets Python's signal handlers -- a further signal then would kill the process by its default action
+    (exit status -15) instead of the 128 + first signal the run reports."""
+    if _state["signum"] is None:
+        return
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(status)
 
 
 def pending():

@@ -201,7 +201,7 @@ def test_launcher_table_names_every_target_and_what_ran():
         "docs/data-parallel.md's launcher table is out of date (runner.distributed.launcher_table_markdown())"
     for name in ("torchrun", "tf_config", "jax", "mpiexec", "single", "python"):
         assert "| %s |" % name in table
-    assert "not run here" in table
+    assert "not run here" not in table and table.count("Several hosts (`--hosts`): ") == 7
 
 
 # ---- the launcher, on the standard-library fixture notebook ---------------------------------------------
@@ -241,8 +241,8 @@ def test_two_workers_rank0_writes_the_record_the_runner_completes_it(tmp_path, t
     for r, log in enumerate(run["logs"]):
         text = open(os.path.join(ROOT, log)).read()
         assert "rank %d of 2 (RANK)" % r in text and "step 21/21" in text
-    assert run["ranks"] == {"0": {"status": "ok", "exit_code": 0, "error": None, "pid": run["ranks"]["0"]["pid"]},
-                            "1": {"status": "ok", "exit_code": 0, "error": None, "pid": run["ranks"]["1"]["pid"]}}
+    assert run["ranks"] == {r: {"status": "ok", "exit_code": 0, "error": None, "pid": run["ranks"][r]["pid"],
+                                "host": os.uname()[1]} for r in ("0", "1")}
     assert not os.path.exists(tmp_path / ".staging" / (stem + ".json"))
 
     # the single-worker run with the global batch: then the W-worker run is checked against it

@@ -224,6 +224,7 @@ def test_two_simulated_hosts_train_like_one_process(sim_hosts, smoke, tmp_path, 
     assert d["per_worker_batch"] == 4 and d["global_batch"] == 8 and rec["batch_size"] == single["batch_size"] == 8
     ranks = rec["run"]["ranks"]
     assert len(ranks) == 2 and all(r["status"] == "ok" for r in ranks.values())
+    assert sorted(r["host"] for r in ranks.values()) == ["ds2h0", "ds2h1"]    # each rank's own hostname
     assert_trains_like(rec, single)
     assert rec["run"]["launch_commands"][0].startswith("10.77.0.1: ")
     assert "10.77.0.1" in two.markdown() and "2 hosts" in two.markdown()
