@@ -24,8 +24,7 @@ from common import results
 from common.spec import get_preset
 from runner import distributed, execute, hosts
 from runner.targets import Target
-from tests.conftest import ROOT, RunAll, assert_trains_like, full_targets, run_all, selected_targets, \
-    two_worker_record
+from tests.conftest import ROOT, RunAll, assert_trains_like, run_all, selected_targets, two_worker_record
 
 FIXTURE = "../tests/fixtures/dp_fixture.ipynb"
 SIM = os.path.join(ROOT, "tools", "simulate_hosts.sh")
@@ -210,7 +209,8 @@ def sim_hosts():
         assert "ds2h" not in left, left
 
 
-@pytest.mark.parametrize("target", full_targets(["pytorch", "jax", "tensorflow", "keras-jax"]))
+@pytest.mark.parametrize("target", ["pytorch", "jax"] + [pytest.param(t, marks=pytest.mark.full)
+                                                           for t in ("tensorflow", "keras-jax")])
 def test_two_simulated_hosts_train_like_one_process(sim_hosts, smoke, tmp_path, target):
     if target not in selected_targets():
         pytest.skip("%s is not among DS2_TEST_FRAMEWORKS" % target)
