@@ -166,9 +166,9 @@ HARD_STOP = textwrap.dedent("""
                               "signal.SIG_IGN); print('ready', flush=True); time.sleep(120)"],
                              stdout=subprocess.PIPE, start_new_session=True)
     child.stdout.readline()
-    print(child.pid, flush=True)
     interrupt.track_run("run", lambda sig: os.killpg(child.pid, sig))
     try:
+        print(child.pid, flush=True)             # inside the try: the test's SIGINT may follow at once
         time.sleep(30)
     except interrupt.Interrupted:
         os.killpg(child.pid, signal.SIGTERM)     # the clean-up's polite first step: ignored
