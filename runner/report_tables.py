@@ -30,12 +30,17 @@ def _summary_order(key) -> tuple:
             str(name), str(preset))
 
 
+def _summary_row(rec: dict) -> bool:
+    """A record the summary shows: a row of record at fp32, one process."""
+    return not is_variant(rec) and rec.get("precision") == "fp32" and not (rec.get("distributed") or {}).get("world_size")
+
+
 def summary_groups(records: List[dict]) -> "OrderedDict":
     """{(device type, device name, preset): [completed fp32 single-process rows of record]}: GPU groups first,
     then the full model's presets before the smoke check's."""
     groups = {}
     for rec in _ok(records):
-        if is_variant(rec) or rec.get("precision") != "fp32" or (rec.get("distributed") or {}).get("world_size"):
+        if not _summary_row(rec):
             continue
         if _speed(rec) is not None:
             groups.setdefault(summary_key(rec), []).append(rec)
@@ -70,8 +75,7 @@ def summary_section(records: List[dict]) -> List[str]:
             ranked.setdefault(key, []).append(rec["target"])
     for rec in records:                               # a row of the group that did not finish: its status
         key = summary_key(rec)
-        if (key in groups and rec.get("status") != "ok" and not is_variant(rec) and rec.get("precision") == "fp32"
-                and not (rec.get("distributed") or {}).get("world_size")):
+        if key in groups and rec.get("status") != "ok" and _summary_row(rec):
             cell.setdefault((rec["target"], key, rec["batch_size"]), rec.get("status") or "failed")
             ranked[key].append(rec["target"])
     names = []
