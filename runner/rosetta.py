@@ -42,6 +42,9 @@ STEPS = [
     ("optimizer", "7. Optimizer and training step", "SGD with momentum 0.9 and one training step."),
     ("warmup", "8. Warm-up", "One untimed step per batch shape."),
     ("epoch", "9. Timed epoch", "The whole iterator once, synchronised per step."),
+    ("distributed", "9b. Training on W workers", "Data-parallel: W processes, each with its share of the global "
+                                                 "batch; the gradients and the BatchNorm statistics are the global "
+                                                 "batch's. The same warm-up and timed epoch (one worker: skipped)."),
     ("forward", "10. Forward-only timing", "Forward pass per utterance length."),
     ("peak", "10b. The device's matmul peak", "Dense matrix products at the run's precision: the roofline every row "
                                               "is held against."),

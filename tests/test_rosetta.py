@@ -62,6 +62,42 @@ def test_notebook_has_every_section_in_order(name):
     assert set(wanted) <= set(tags), set(wanted) - set(tags)
 
 
+#: names that belong to data-parallel training: none of them may appear in the code of sections 3-7
+DATA_PARALLEL_NAMES = re.compile(r"\b(workers|world|my_share|strategy|kv|mesh|replicate|all_reduce|dist)\b")
+
+
+def sections_of(nb):
+    """[(heading of the enclosing '## ' section, cell)] in notebook order."""
+    out, current = [], None
+    for cell in nb["cells"]:
+        for line in source(cell).splitlines() if cell["cell_type"] == "markdown" else ():
+            if line.startswith("## "):
+                current = line.strip()
+        out.append((current, cell))
+    return out
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_sections_1_to_7_are_the_translation_and_data_parallel_training_is_one_later_section(name):
+    """The translation reads without interruption: no data-parallel subsection or name in sections 3-7 (section 2's
+    settings may check the workers and, where the framework needs it before its first operation, join the
+    process group); every data-parallel subsection is in section 9b, between the timed epoch and section 10."""
+    cells = sections_of(load(name))
+    headings = [h for h in dict.fromkeys(h for h, _ in cells) if h]
+    assert "## 9b. Training on W workers" in headings, headings
+    i = headings.index("## 9b. Training on W workers")
+    assert headings[i - 1] == "## 9. Timed epoch" and headings[i + 1].startswith("## 10. "), headings
+    translation = SECTIONS[2:7]
+    for heading, cell in cells:
+        text = source(cell)
+        if heading in translation and cell["cell_type"] == "code":
+            found = DATA_PARALLEL_NAMES.findall(text)
+            assert not found, "%s: %s uses %s" % (name, heading, sorted(set(found)))
+        for line in text.splitlines() if cell["cell_type"] == "markdown" else ():
+            if line.startswith("###") and "data-parallel" in line.lower():
+                assert heading == "## 9b. Training on W workers", "%s: %r is in %s" % (name, line, heading)
+
+
 def test_rosetta_pages_are_current():
     assert rosetta.stale() == [], "run: python -m runner.rosetta"
 
