@@ -98,53 +98,52 @@ features_spec = tf.TensorSpec([None, None, cfg.n_freq], tf.float32)   # (N, T, 1
 labels_spec = tf.TensorSpec([None, None], tf.int32) if jit_compile else tf.SparseTensorSpec([None, None], tf.int32)
 
 
-# %% TensorFlow_DS2.ipynb cell 13 (rosetta:model)
-def batch_norm(name):
-    # Keras's momentum weights the old running value: 1 - 0.1 = 0.9; data-parallel: statistics of the global batch
-    return layers.BatchNormalization(momentum=1 - cfg.bn_momentum, epsilon=cfg.bn_eps, synchronized=workers > 1,
+# %% TensorFlow_DS2.ipynb cell 11 (rosetta:model)
+def batch_norm(name, synchronized):
+    # Keras's momentum weights the old running value: 1 - 0.1 = 0.9; synchronized: statistics of the global batch
+    return layers.BatchNormalization(momentum=1 - cfg.bn_momentum, epsilon=cfg.bn_eps, synchronized=synchronized,
                                      name=name)
 
 
-def conv_block(x, i, kernel, stride, padding):
+def conv_block(x, i, kernel, stride, padding, synchronized):
     """Conv over (time, frequency) with the spec's symmetric padding, no bias -> BatchNorm -> clipped ReLU."""
     (k_freq, k_time), (s_freq, s_time), (p_freq, p_time) = kernel, stride, padding   # spec order: (freq, time)
     x = layers.ZeroPadding2D(((p_time, p_time), (p_freq, p_freq)), name="conv%d_pad" % i)(x)
     x = layers.Conv2D(cfg.conv_channels, (k_time, k_freq), strides=(s_time, s_freq), padding="valid",
                       use_bias=False, name="conv%d" % i)(x)
-    x = batch_norm("conv%d_bn" % i)(x)
+    x = batch_norm("conv%d_bn" % i, synchronized)(x)
     return layers.ReLU(max_value=cfg.clip, name="conv%d_clip" % i)(x)   # min(max(x, 0), 20)
 
 
-def bd_layer(x, i):
+def bd_layer(x, i, synchronized):
     """One bd layer: sequence-wise BatchNorm -> bidirectional ReLU RNN -> directions summed, clipped."""
-    x = batch_norm("bd%d_bn" % i)(x)
+    x = batch_norm("bd%d_bn" % i, synchronized)(x)
     rnn = layers.SimpleRNN(cfg.rnn_hidden, activation="relu", return_sequences=True)   # batch-major
     x = layers.Bidirectional(rnn, merge_mode="sum", name="bd%d" % i)(x)
     return layers.ReLU(max_value=cfg.clip, name="bd%d_clip" % i)(x)
 
 
-def deepspeech2(cfg):
+def deepspeech2(cfg, synchronized=False):
     spectrogram = keras.Input(shape=(None, cfg.n_freq), name="spectrogram")         # (N, T, 161)
     x = layers.Reshape((-1, cfg.n_freq, 1), name="to_image")(spectrogram)          # (N, T, 161, 1): NHWC
-    x = conv_block(x, 1, cfg.conv1_kernel, cfg.conv1_stride, cfg.conv1_padding)    # (N, T/2, 79, 32)
-    x = conv_block(x, 2, cfg.conv2_kernel, cfg.conv2_stride, cfg.conv2_padding)    # (N, T/4, 75, 32)
+    x = conv_block(x, 1, cfg.conv1_kernel, cfg.conv1_stride, cfg.conv1_padding, synchronized)   # (N, T/2, 79, 32)
+    x = conv_block(x, 2, cfg.conv2_kernel, cfg.conv2_stride, cfg.conv2_padding, synchronized)   # (N, T/4, 75, 32)
     x = layers.Reshape((-1, cfg.rnn_input_width), name="to_sequence")(x)           # (N, T/4, 2400): f * 32 + c
     for i in range(1, cfg.rnn_layers + 1):
-        x = bd_layer(x, i)                                                         # (N, T/4, 1760)
-    x = batch_norm("fc_bn")(x)
+        x = bd_layer(x, i, synchronized)                                           # (N, T/4, 1760)
+    x = batch_norm("fc_bn", synchronized)(x)
     x = layers.Dense(cfg.fc_hidden, name="fc")(x)
     x = layers.ReLU(max_value=cfg.clip, name="fc_clip")(x)
     logits = layers.Dense(cfg.n_classes, name="out")(x)                            # (N, T/4, 29) logits
     return keras.Model(spectrogram, logits, name="deepspeech2")
 
 
-with strategy.scope():                  # data-parallel: variables mirrored on every worker
-    model = deepspeech2(cfg)
+model = deepspeech2(cfg)
 n_params = sum(int(np.prod(v.shape)) for v in model.trainable_variables)  # BatchNorm's moving statistics are not trained
 model.summary()
 
 
-# %% TensorFlow_DS2.ipynb cell 17 (rosetta:loss)
+# %% TensorFlow_DS2.ipynb cell 15 (rosetta:loss)
 def ctc_per_utterance(logits, labels):
     """The CTC loss of every utterance, (N,)."""
     logits = tf.cast(logits, tf.float32)                       # (N, T/4, 29), batch-major
@@ -164,10 +163,9 @@ def ds2_loss(logits, labels):
     return tf.reduce_sum(per_utterance) / tf.cast(tf.shape(per_utterance)[0], tf.float32)
 
 
-# %% TensorFlow_DS2.ipynb cell 21 (rosetta:optimizer)
-with strategy.scope():                                         # data-parallel: slots mirrored like the variables
-    optimizer = keras.optimizers.SGD(learning_rate=cfg.lr, momentum=cfg.momentum)
-    optimizer.build(model.trainable_variables)                 # momentum slots, created outside the graph
+# %% TensorFlow_DS2.ipynb cell 18 (rosetta:optimizer)
+optimizer = keras.optimizers.SGD(learning_rate=cfg.lr, momentum=cfg.momentum)
+optimizer.build(model.trainable_variables)                     # momentum slots, created outside the graph
 written = model.trainable_variables + model.non_trainable_variables   # what a step writes (moving statistics too)
 
 
