@@ -88,14 +88,12 @@ def to_device(batch):
     return mx.nd.array(batch.features, ctx=ctx), mx.nd.array(batch.labels - 1, ctx=ctx)
 
 
-# %% MXNet_DS2.ipynb cell 13 (rosetta:model)
+# %% MXNet_DS2.ipynb cell 11 (rosetta:model)
 def clipped_relu(cfg):
     return nn.HybridLambda(lambda F, x: F.clip(x, 0.0, cfg.clip))   # min(max(x, 0), 20)
 
 
 def batch_norm(channels, cfg, axis):
-    if sync_devices:                      # data-parallel: the global batch's statistics (section 3)
-        return sync_batch_norm(channels, cfg, axis)
     # MXNet's momentum weights the old running value: 1 - 0.1 = 0.9, its default
     return nn.BatchNorm(axis=axis, momentum=1.0 - cfg.bn_momentum, epsilon=cfg.bn_eps, in_channels=channels)
 
@@ -103,11 +101,11 @@ def batch_norm(channels, cfg, axis):
 class BatchRNN(nn.HybridBlock):
     """One bd layer: sequence-wise BatchNorm -> bidirectional ReLU RNN -> directions summed, clipped."""
 
-    def __init__(self, input_size, cfg, **kwargs):
+    def __init__(self, input_size, cfg, norm=batch_norm, **kwargs):
         super().__init__(**kwargs)
         self.hidden, self.clip = cfg.rnn_hidden, cfg.clip
         with self.name_scope():
-            self.bn = batch_norm(input_size, cfg, axis=2)
+            self.bn = norm(input_size, cfg, axis=2)
             self.rnn = rnn.RNN(cfg.rnn_hidden, activation="relu", layout="TNC", bidirectional=True,
                                input_size=input_size)
 
@@ -118,25 +116,26 @@ class BatchRNN(nn.HybridBlock):
         return F.clip(forward + backward, 0.0, self.clip)
 
 
-def conv_block(in_channels, cfg, kernel, stride, padding):
+def conv_block(in_channels, cfg, kernel, stride, padding, norm=batch_norm):
     block = nn.HybridSequential()
     block.add(nn.Conv2D(cfg.conv_channels, kernel, strides=stride, padding=padding, use_bias=False,
                         in_channels=in_channels),                    # NCHW: H = frequency, W = time
-              batch_norm(cfg.conv_channels, cfg, axis=1),
+              norm(cfg.conv_channels, cfg, axis=1),
               clipped_relu(cfg))
     return block
 
 
 class DeepSpeech2(nn.HybridBlock):
-    def __init__(self, cfg, **kwargs):
+    def __init__(self, cfg, norm=batch_norm, **kwargs):   # norm(channels, cfg, axis): every BatchNorm layer
         super().__init__(**kwargs)
         with self.name_scope():
-            self.conv1 = conv_block(1, cfg, cfg.conv1_kernel, cfg.conv1_stride, cfg.conv1_padding)
-            self.conv2 = conv_block(cfg.conv_channels, cfg, cfg.conv2_kernel, cfg.conv2_stride, cfg.conv2_padding)
+            self.conv1 = conv_block(1, cfg, cfg.conv1_kernel, cfg.conv1_stride, cfg.conv1_padding, norm)
+            self.conv2 = conv_block(cfg.conv_channels, cfg, cfg.conv2_kernel, cfg.conv2_stride, cfg.conv2_padding,
+                                    norm)
             self.rnns = nn.HybridSequential()
-            self.rnns.add(*[BatchRNN(width, cfg) for width in cfg.rnn_input_widths()])
+            self.rnns.add(*[BatchRNN(width, cfg, norm) for width in cfg.rnn_input_widths()])
             self.fc = nn.HybridSequential()
-            self.fc.add(batch_norm(cfg.rnn_hidden, cfg, axis=2),
+            self.fc.add(norm(cfg.rnn_hidden, cfg, axis=2),
                         nn.Dense(cfg.fc_hidden, flatten=False, in_units=cfg.rnn_hidden),
                         clipped_relu(cfg))
             self.out = nn.Dense(cfg.n_classes, flatten=False, in_units=cfg.fc_hidden)
@@ -150,7 +149,7 @@ class DeepSpeech2(nn.HybridBlock):
 
 
 net = DeepSpeech2(cfg)
-net.initialize(ctx=contexts)            # [ctx]; data-parallel: every device. No deferred initialisation
+net.initialize(ctx=ctx)                 # no deferred initialisation: every layer knows its input size
 trainable = [p for p in net.collect_params().values() if p.grad_req != "null"]   # not BN running stats
 n_params = sum(p.data().size for p in trainable)
 print(net)
@@ -161,7 +160,7 @@ print("%d parameters" % n_params)
 net.hybridize(static_alloc=True)   # the notebook does this after loading the weights
 
 
-# %% MXNet_DS2.ipynb cell 17 (rosetta:loss)
+# %% MXNet_DS2.ipynb cell 15 (rosetta:loss)
 ctc = gluon.loss.CTCLoss(layout="TNC", label_layout="NT")
 
 
@@ -171,10 +170,8 @@ def ds2_loss(logits, labels):
     return ctc(blank_last, labels)
 
 
-# %% MXNet_DS2.ipynb cell 20 (rosetta:optimizer)
-trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": cfg.lr, "momentum": cfg.momentum},
-                        kvstore="device" if kv is None else kv,   # several devices or processes: it sums the gradients
-                        update_on_kvstore=None if kv is None else False)   # dist_sync: every worker updates itself
+# %% MXNet_DS2.ipynb cell 18 (rosetta:optimizer)
+trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": cfg.lr, "momentum": cfg.momentum})
 
 
 def train_step(batch):
