@@ -122,7 +122,7 @@ def minibatch(batch):
             labels: frame_labels(batch.labels, cfg.output_length(batch.frames), cfg.n_classes)}
 
 
-# %% CNTK_DS2.ipynb cell 14 (rosetta:model)
+# %% CNTK_DS2.ipynb cell 12 (rosetta:model)
 bn_time_constant = -frames_per_minibatch / math.log(1.0 - cfg.bn_momentum)
 
 
@@ -148,22 +148,24 @@ def normalize(x, mean, variance, count, scale, bias, run_mean, run_variance):
     return (x - mean) / C.sqrt(variance + cfg.bn_eps) * scale + bias
 
 
-def ConvBatchNorm(channels, name="bn"):
-    """BatchNorm per channel of a (C, F, T) map, statistics over batch x F x T, with running statistics."""
+def ConvBatchNorm(channels, name="bn", statistics=None):
+    """BatchNorm per channel of a (C, F, T) map, statistics over batch x F x T, with running statistics.
+    `statistics(v, shape, with_count=False)`: the mean of v over the utterances (and their count); None: this
+    minibatch's (section 9b passes the global batch's)."""
     scale = C.Parameter((channels, 1, 1), init=1.0, name="scale")
     bias = C.Parameter((channels, 1, 1), init=0.0, name="bias")
     run_mean = C.Constant(0.0, shape=(channels, 1, 1), name="aggregate_mean")
     run_variance = C.Constant(1.0, shape=(channels, 1, 1), name="aggregate_variance")
     batch_axis = C.Axis.default_batch_axis()
 
-    def batch_mean(v):   # mean over the minibatch's utterances; data-parallel: over the global batch (section 3)
-        return C.reduce_mean(v, axis=batch_axis) if workers == 1 else global_mean(v, (channels, 1, 1))
+    def batch_mean(v):   # mean over the minibatch's utterances (section 9b: over the global batch)
+        return C.reduce_mean(v, axis=batch_axis) if statistics is None else statistics(v, (channels, 1, 1))
 
-    def batch_count(x):  # samples per channel: utterances x F x T of the minibatch (data-parallel: the global batch)
+    def batch_count(x):  # samples per channel: utterances x F x T of the minibatch (section 9b: the global batch)
         positions = C.reduce_sum(C.slice(x, 0, 0, 1) * 0.0 + 1.0, axis=(1, 2))    # F x T of one utterance, (1, 1, 1)
-        if workers == 1:
+        if statistics is None:
             return C.reduce_sum(positions, axis=batch_axis)
-        per_utterance, utterances = global_mean(positions, (1, 1, 1), with_count=True)
+        per_utterance, utterances = statistics(positions, (1, 1, 1), with_count=True)
         return per_utterance * C.reshape(utterances, (1, 1, 1))
 
     @C.layers.blocks.BlockFunction("ConvBatchNorm", name)
@@ -175,16 +177,14 @@ def ConvBatchNorm(channels, name="bn"):
 
 
 def SequenceBatchNorm(width, name="bn"):
-    """Sequence-wise BatchNorm of `width` features: CNTK's layer; data-parallel: the global batch's (section 3)."""
-    if workers > 1:
-        return GlobalSequenceBatchNorm(width, name)
+    """Sequence-wise BatchNorm of `width` features: CNTK's layer (section 9b passes a global one to DeepSpeech2)."""
     return C.layers.BatchNormalization(normalization_time_constant=bn_time_constant, epsilon=cfg.bn_eps, name=name)
 
 
-def ConvBlock(kernel, stride, padding, name):
+def ConvBlock(kernel, stride, padding, name, statistics=None):
     """Explicit symmetric padding -> Conv2D (no bias) -> BatchNorm -> clipped ReLU, on (C, F, T)."""
     conv = C.layers.Convolution2D(kernel, cfg.conv_channels, strides=stride, pad=False, bias=False, name="conv")
-    bn = ConvBatchNorm(cfg.conv_channels)
+    bn = ConvBatchNorm(cfg.conv_channels, statistics=statistics)
     pad_f, pad_t = padding
 
     @C.layers.blocks.BlockFunction("ConvBlock", name)
@@ -194,9 +194,9 @@ def ConvBlock(kernel, stride, padding, name):
     return conv_block
 
 
-def BidirectionalReLU(width, name):
+def BidirectionalReLU(width, name, sequence_bn=SequenceBatchNorm):
     """One bd layer: sequence-wise BatchNorm -> bidirectional ReLU RNN -> directions summed, clipped."""
-    bn = SequenceBatchNorm(width)
+    bn = sequence_bn(width)
     hidden = cfg.rnn_hidden
     if fused:   # cuDNN: both directions in one op, weights in one flat parameter (its size is inferred)
         weights = C.Parameter((C.InferredDimension, width), init=C.glorot_uniform(), name="rnn")
@@ -217,10 +217,12 @@ def BidirectionalReLU(width, name):
     return bd_layer
 
 
-def DeepSpeech2(features, labels):
-    conv1 = ConvBlock(cfg.conv1_kernel, cfg.conv1_stride, cfg.conv1_padding, "conv1")
-    conv2 = ConvBlock(cfg.conv2_kernel, cfg.conv2_stride, cfg.conv2_padding, "conv2")
-    fc_bn = SequenceBatchNorm(cfg.rnn_hidden)
+def DeepSpeech2(features, labels, statistics=None, sequence_bn=SequenceBatchNorm):
+    """The model; `statistics` (the convolutions' BatchNorm) and `sequence_bn` (the other BatchNorms): section 9b's
+    global ones, or this minibatch's."""
+    conv1 = ConvBlock(cfg.conv1_kernel, cfg.conv1_stride, cfg.conv1_padding, "conv1", statistics)
+    conv2 = ConvBlock(cfg.conv2_kernel, cfg.conv2_stride, cfg.conv2_padding, "conv2", statistics)
+    fc_bn = sequence_bn(cfg.rnn_hidden)
     fc_dense = C.layers.Dense(cfg.fc_hidden, activation=clipped_relu, name="dense")
     fc = C.layers.blocks.BlockFunction("FullyConnected", "fc")(lambda x: fc_dense(fc_bn(x)))
     out = C.layers.Dense(cfg.n_classes, name="out")
@@ -230,7 +232,7 @@ def DeepSpeech2(features, labels):
     x = C.reshape(C.transpose(x, perm=(2, 0, 1)), (-1, cfg.rnn_input_width))   # (T/4, 2400), feature c * 75 + f
     x = C.to_sequence_like(x, labels)                                         # T/4 frames on the sequence axis
     for i, width in enumerate(cfg.rnn_input_widths(), start=1):
-        x = BidirectionalReLU(width, "bd%d" % i)(x)                           # T/4 frames of 1760
+        x = BidirectionalReLU(width, "bd%d" % i, sequence_bn)(x)                           # T/4 frames of 1760
     return out(fc(x))                                                         # T/4 frames of 29 logits
 
 
@@ -256,11 +258,12 @@ def restore_running_statistics(saved):
 mode_flags = {}   # id() of a model -> (the model, its bn_training constants); a loaded model repeats the uids
 
 
-def inference(batch, f=model, feed=None):
+def inference(batch, f=None, feed=None):
     """Inference-mode logits of a batch as NumPy (T/4, N, classes): CNTK's BatchNormalization uses its running
     statistics in a pass that keeps nothing for a backward pass (`eval`), the hand-written BatchNorm when bn_training
-    is 0. `f`: this model or one loaded from a file (inputs and flag found by name); `feed`: the batch's conversion
-    (default `minibatch`: data-parallel, this process's share)."""
+    is 0. `f`: `model` (default; section 9b's once it rebinds it) or one loaded from a file (inputs and flag found by
+    name); `feed`: the batch's conversion (default `minibatch`; section 9b's: this process's share)."""
+    f = model if f is None else f
     if id(f) not in mode_flags:
         mode_flags[id(f)] = (f, f.find_all_with_name("bn_training", depth=-1))
     flags = mode_flags[id(f)][1]
@@ -275,13 +278,13 @@ def inference(batch, f=model, feed=None):
     return np.asarray(logits, dtype=np.float32).transpose(1, 0, 2)     # (N, T/4, classes) -> (T/4, N, classes)
 
 
-# %% CNTK_DS2.ipynb cell 18 (rosetta:loss)
+# %% CNTK_DS2.ipynb cell 16 (rosetta:loss)
 ctc = C.forward_backward(C.labels_to_graph(labels), model, blankTokenId=cfg.blank)   # sum over the minibatch
-utterances = all_reduce(C.reduce_sum(C.sequence.is_first(labels), axis=C.Axis.all_axes()))  # N (global N)
+utterances = C.reduce_sum(C.sequence.is_first(labels), axis=C.Axis.all_axes())   # N
 loss = ctc / utterances
 
 
-# %% CNTK_DS2.ipynb cell 21 (rosetta:optimizer)
+# %% CNTK_DS2.ipynb cell 19 (rosetta:optimizer)
 learner = C.momentum_sgd(model.parameters, lr=C.learning_parameter_schedule(cfg.lr, minibatch_size=1),
                          momentum=C.momentum_schedule(cfg.momentum), unit_gain=False)
 trainer = C.Trainer(model, (loss, None), [learner])
