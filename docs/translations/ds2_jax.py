@@ -88,25 +88,22 @@ class DS2Config:
 cfg = DS2Config(**CONFIGS[os.environ.get("DS2_WIDTH", "full")])
 
 
-# %% JAX_Flax_DS2.ipynb cell 11 (rosetta:data)
+# %% JAX_Flax_DS2.ipynb cell 9 (rosetta:data)
 def to_device(batch):
     """Features and labels of a batch as arrays on the default device (host -> device copy).
 
     Without a device argument `jax.device_put` leaves them uncommitted, like the model's parameters.
     (Inputs committed with `jax.device_put(x, dev)` would commit the parameters after the first step,
-    which changes the compiled step's signature: the first shape would be compiled a second time.)
-    Data-parallel: one array over every device of every process (section 2, "Data-parallel")."""
-    if workers > 1:
-        return global_batch(batch)
+    which changes the compiled step's signature: the first shape would be compiled a second time.)"""
     return jax.device_put(batch.features), jax.device_put(batch.labels)
 
 
 def to_host(x):
-    """A device array as NumPy; data-parallel: gathered from every process (each must call it)."""
-    return np.asarray(multihost_utils.process_allgather(x, tiled=True) if workers > 1 else x)
+    """A device array as NumPy."""
+    return np.asarray(x)
 
 
-# %% JAX_Flax_DS2.ipynb cell 13 (rosetta:model)
+# %% JAX_Flax_DS2.ipynb cell 11 (rosetta:model)
 def clipped_relu(clip):
     """min(max(x, 0), clip) as a layer."""
     return lambda x: jnp.clip(x, 0.0, clip)
@@ -185,7 +182,7 @@ for path, param in nnx.to_flat_state(nnx.state(model, nnx.Param)):
 print("%d parameters" % n_params)
 
 
-# %% JAX_Flax_DS2.ipynb cell 17 (rosetta:loss)
+# %% JAX_Flax_DS2.ipynb cell 15 (rosetta:loss)
 def ds2_loss(logits, labels):
     """CTC summed over the batch, divided by the batch size (mean per utterance)."""
     with jax.named_scope("ctc"):
@@ -208,10 +205,8 @@ def training_loss(model, features, labels):
     return _training_loss(graphdef, state, features, labels)
 
 
-# %% JAX_Flax_DS2.ipynb cell 20 (rosetta:optimizer)
+# %% JAX_Flax_DS2.ipynb cell 18 (rosetta:optimizer)
 optimizer = nnx.Optimizer(model, optax.sgd(cfg.lr, momentum=cfg.momentum), wrt=nnx.Param)
-if workers > 1:
-    replicate(optimizer)   # data-parallel: the momentum and step count on every device
 
 
 @nnx.jit
