@@ -61,7 +61,7 @@ from common import envinfo, parallel, results
 from common.parallel import process_start_time, runner_alive   # noqa: F401 (re-exported: tests, dp_worker)
 from common.data import shard_sizes
 
-from . import envs
+from . import envs, supervise
 from .bootstrap import ROOT, EnvError, env_python
 from .targets import ENVS, Target
 # the parts of a data-parallel run, by concern; their names stay importable from here
@@ -350,12 +350,10 @@ def print_commands(launcher, hosts, python, venv, script, workers, log_prefix, s
                    join_timeout) -> None:
     """``--print-host-commands``: each host's processes as shell lines, for a job script (Slurm, Kubernetes)."""
     from . import hosts as hosts_mod
-    env = {"DS2_LAUNCHER": launcher.name, "PYTHONUNBUFFERED": "1"}
-    if launcher.extra_env and venv:
-        env.update(launcher.extra_env(venv))
-    worker = [WORKER, "--log-prefix", log_prefix, "--status-prefix", status_prefix, script]
-    ports = [29400 + i for i in range(workers if launcher.ports < 0 else max(1, launcher.ports))]
-    per_host = hosts_mod.host_processes(launcher, hosts, python, worker, env, ports, "ds2-" + uuid.uuid4().hex[:8],
+    worker = supervise.worker_argv(log_prefix, status_prefix, script)
+    ports = [29400 + i for i in range(supervise.port_count(launcher, workers))]   # fixed: the lines run elsewhere
+    per_host = hosts_mod.host_processes(launcher, hosts, python, worker, supervise.launcher_env(launcher, venv), ports,
+                                        "ds2-" + uuid.uuid4().hex[:8],
                                         hosts_mod.JOIN_TIMEOUT_S if join_timeout is None else join_timeout)
     print("# %s on %d hosts: run each host's lines on that host (rank 0 writes its record to %s)"
           % (target.name, len(hosts), os.path.relpath(status_prefix + ".json", ROOT)))

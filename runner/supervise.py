@@ -269,6 +269,26 @@ def failure_reason(world: int, statuses: Dict[int, dict], log_prefix: str, launc
     return "the launcher failed (%s): %s" % (_describe_code(returncodes[0]), results.one_line(line, 200))
 
 
+def launcher_env(launcher: Launcher, venv: Optional[str]) -> dict:
+    """The environment every process of a launch gets besides the runner's own: the launcher's name, unbuffered
+    output and the launcher's own additions (a venv's library path). One source for :func:`launch` and
+    ``--print-host-commands`` (runner/distributed.print_commands)."""
+    env = {"DS2_LAUNCHER": launcher.name, "PYTHONUNBUFFERED": "1"}
+    if launcher.extra_env and venv:
+        env.update(launcher.extra_env(venv))
+    return env
+
+
+def worker_argv(log_prefix: str, status_prefix: str, script: str) -> List[str]:
+    """The worker command after the interpreter: runner/dp_worker.py around the exported notebook."""
+    return [WORKER, "--log-prefix", log_prefix, "--status-prefix", status_prefix, script]
+
+
+def port_count(launcher: Launcher, world: int) -> int:
+    """How many ports a launch of ``world`` workers needs: one per worker (``ports < 0``) or the launcher's count."""
+    return world if launcher.ports < 0 else max(1, launcher.ports)
+
+
 def launch(launcher: Launcher, python: str, script: str, world: int, log_prefix: str, status_prefix: str,
            cwd: str, timeout: Optional[float] = None, env: Optional[dict] = None, venv: Optional[str] = None,
            run_id: Optional[str] = None, announce=print, grace: float = GRACE_S,
@@ -289,19 +309,16 @@ def launch(launcher: Launcher, python: str, script: str, world: int, log_prefix:
     run_id = run_id or uuid.uuid4().hex
     base_env = dict(os.environ if env is None else env)
     base_env[MARKER] = run_id
-    base_env["DS2_LAUNCHER"] = launcher.name
-    base_env["PYTHONUNBUFFERED"] = "1"
+    base_env.update(launcher_env(launcher, venv))
     base_env["DS2_RUNNER_PID"] = str(os.getpid())         # dp_worker.py ends itself when this process is gone
     base_env["DS2_RUNNER_START"] = process_start_time(os.getpid()) or ""
-    if launcher.extra_env and venv:
-        base_env.update(launcher.extra_env(venv))
     ranks = 1 if launcher.kind == "single" else world     # processes with a rank (and a log and a status)
     ps_roles = []                                          # kind "ps": the processes after the W workers
     for stale in range(ranks):
         for path in ("%s.rank%d.status.json" % (status_prefix, stale), "%s.rank%d.log" % (log_prefix, stale)):
             if os.path.exists(path):
                 os.remove(path)
-    worker = [WORKER, "--log-prefix", log_prefix, "--status-prefix", status_prefix, script]
+    worker = worker_argv(log_prefix, status_prefix, script)
     launcher_log = log_prefix + ".launcher.log"
 
     specs = []   # (argv, env, stdout path)
@@ -320,7 +337,7 @@ def launch(launcher: Launcher, python: str, script: str, world: int, log_prefix:
         join_timeout = hosts_mod.JOIN_TIMEOUT_S if join_timeout is None else join_timeout
         local_only = (MARKER, "DS2_RUNNER_PID", "DS2_RUNNER_START")     # the agent watches the connection instead
         additions = {k: v for k, v in base_env.items() if os.environ.get(k) != v and k not in local_only}
-        ports = free_ports(world if launcher.ports < 0 else max(1, launcher.ports))
+        ports = free_ports(port_count(launcher, world))
         per_host = hosts_mod.host_processes(launcher, hosts, python, worker, additions, ports, run_id, join_timeout)
         for i, (name, processes) in enumerate(per_host.items()):
             # a marker per host: an agent stops its own host's processes only (simulated hosts share one PID space)
