@@ -87,7 +87,7 @@ class DS2Config:
 cfg = DS2Config(**CONFIGS[os.environ.get("DS2_WIDTH", "full")])
 
 
-# %% Keras3_DS2.ipynb cell 12 (rosetta:model)
+# %% Keras3_DS2.ipynb cell 10 (rosetta:model)
 bn_momentum = 1.0 - cfg.bn_momentum      # Keras weights the old statistics: 0.9
 
 
@@ -134,7 +134,7 @@ n_params = sum(int(np.prod(w.shape)) for w in model.trainable_weights)
 model.summary()
 
 
-# %% Keras3_DS2.ipynb cell 16 (rosetta:loss)
+# %% Keras3_DS2.ipynb cell 14 (rosetta:loss)
 @keras.saving.register_keras_serializable(package="ds2")   # model.save records the compiled loss by this name
 class CTCLoss(keras.losses.Loss):
     """CTC per utterance (blank 0); the Loss base class sums over the batch and divides by its size."""
@@ -150,14 +150,13 @@ class CTCLoss(keras.losses.Loss):
 ctc_loss = CTCLoss(name="ctc")
 
 
-# %% Keras3_DS2.ipynb cell 19 (rosetta:optimizer)
+# %% Keras3_DS2.ipynb cell 17 (rosetta:optimizer)
 optimizer = keras.optimizers.SGD(learning_rate=cfg.lr, momentum=cfg.momentum)
 model.compile(optimizer=optimizer, loss=ctc_loss, jit_compile=jit_compile)
 
 
 def train_step(batch):
-    mine = my_share(batch)                       # the whole batch with one process (section 3, data-parallel)
-    return model.train_on_batch(mine.features, mine.labels)     # the (global) batch's loss, a Python float
+    return model.train_on_batch(batch.features, batch.labels)   # the batch's loss, a Python float
 
 
 if backend == "tensorflow":
