@@ -258,16 +258,16 @@ def restore_running_statistics(saved):
 mode_flags = {}   # id() of a model -> (the model, its bn_training constants); a loaded model repeats the uids
 
 
-def inference(batch, f=None, feed=None):
+def inference(batch, f=None, feed=minibatch):
     """Inference-mode logits of a batch as NumPy (T/4, N, classes): CNTK's BatchNormalization uses its running
     statistics in a pass that keeps nothing for a backward pass (`eval`), the hand-written BatchNorm when bn_training
     is 0. `f`: `model` (default; section 9b's once it rebinds it) or one loaded from a file (inputs and flag found by
-    name); `feed`: the batch's conversion (default `minibatch`; section 9b's: this process's share)."""
+    name); `feed`: the batch's conversion (default: section 3's `minibatch`, the whole batch)."""
     f = model if f is None else f
     if id(f) not in mode_flags:
         mode_flags[id(f)] = (f, f.find_all_with_name("bn_training", depth=-1))
     flags = mode_flags[id(f)][1]
-    inputs = {v.name: value for v, value in (feed or minibatch)(batch).items()}
+    inputs = {v.name: value for v, value in feed(batch).items()}
     for flag in flags:
         flag.value = np.zeros((), np.float32)
     try:
