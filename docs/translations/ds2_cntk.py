@@ -232,7 +232,7 @@ def DeepSpeech2(features, labels, statistics=None, sequence_bn=SequenceBatchNorm
     x = C.reshape(C.transpose(x, perm=(2, 0, 1)), (-1, cfg.rnn_input_width))   # (T/4, 2400), feature c * 75 + f
     x = C.to_sequence_like(x, labels)                                         # T/4 frames on the sequence axis
     for i, width in enumerate(cfg.rnn_input_widths(), start=1):
-        x = BidirectionalReLU(width, "bd%d" % i, sequence_bn)(x)                           # T/4 frames of 1760
+        x = BidirectionalReLU(width, "bd%d" % i, sequence_bn)(x)              # T/4 frames of 1760
     return out(fc(x))                                                         # T/4 frames of 29 logits
 
 
