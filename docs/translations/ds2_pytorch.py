@@ -200,36 +200,38 @@ print(model)
 print("%d parameters" % n_params)
 
 
-# %% PyTorch_DS2.ipynb cell 17 (rosetta:loss)
+# %% PyTorch_DS2.ipynb cell 15 (rosetta:loss)
 ctc = nn.CTCLoss(blank=cfg.blank, reduction="sum", zero_infinity=False)
 
 
-def ds2_loss(logits, targets, target_lengths, scale=None):
-    """CTC summed over the batch, times `scale`: 1 / batch size by default (the mean per utterance); a
-    data-parallel worker passes its factor for the global batch (loss_scale, section 4)."""
+def ctc_sum(logits, targets, target_lengths):
+    """CTC summed over the batch, from logits (T/4, N, 29): log_softmax in fp32 (float64 in the control, fp32 also
+    under autocast), then nn.CTCLoss."""
     t, n, _ = logits.shape
-    log_probs = F.log_softmax(logits, dim=-1, dtype=dtype)  # fp32 (float64 in the control), also under autocast
-    if n == 0:                                               # an empty data-parallel share (CTC refuses it): a zero
-        return log_probs.sum() * 0.0                         # loss reaching every parameter, with zero gradients
+    log_probs = F.log_softmax(logits, dim=-1, dtype=dtype)
     input_lengths = torch.full((n,), t, dtype=torch.int32)   # no padding: every utterance has T/4 steps
-    return ctc(log_probs, targets, input_lengths, target_lengths) * (1.0 / n if scale is None else scale)
+    return ctc(log_probs, targets, input_lengths, target_lengths)
 
 
-# %% PyTorch_DS2.ipynb cell 20 (rosetta:optimizer)
+def ds2_loss(logits, targets, target_lengths):
+    """CTC summed over the batch, divided by the batch size (the mean per utterance)."""
+    return ctc_sum(logits, targets, target_lengths) * (1.0 / logits.shape[1])
+
+
+# %% PyTorch_DS2.ipynb cell 18 (rosetta:optimizer)
 optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
 
 
 def train_step(batch):
-    mine = my_share(batch)                               # data-parallel: this worker's share; else the batch
-    x = features_of(mine)                                # host -> device copy, timed
-    targets, target_lengths = ctc_targets(mine)
+    x = features_of(batch)                               # host -> device copy, timed
+    targets, target_lengths = ctc_targets(batch)
     optimizer.zero_grad(set_to_none=True)
     with autocast:
         logits = step_model(x)
-    loss = ds2_loss(logits, targets, target_lengths, loss_scale(batch))
-    loss.backward()                                      # data-parallel: DDP all-reduces the gradients here
+    loss = ds2_loss(logits, targets, target_lengths)
+    loss.backward()
     optimizer.step()
-    return global_loss(loss.detach())                    # the (global) batch's mean loss
+    return loss.detach()
 
 
 def sync(_):
