@@ -7,8 +7,8 @@ cells, in notebook order, to ``docs/translations/ds2_<row>.py`` under a generate
 - the framework's and NumPy's imports, nothing from ``common/``;
 - the DS2 configuration as literal values (``common/spec.py``'s full model, or its smoke width with
   ``DS2_WIDTH=smoke``), with the few derived sizes the cells use;
-- the single-process, CPU, fp32 values of the notebook settings the cells read (the notebook's settings and
-  data-parallel cells compute them there);
+- the single-process, CPU, fp32 values of the notebook settings the cells read (the notebook's settings cell
+  computes them there);
 
 and a ``__main__`` block that takes one step on a random batch. The cells are the notebook's own text: there is
 one copy of the model code, in the notebook. Rows are run_all.py's rows of record (``runner/targets.py``); the
@@ -53,16 +53,6 @@ from torch import nn
 variant = ""                                          # eager torch.nn, the row of record
 dev, dtype = torch.device("cpu"), torch.float32       # the notebook: cuda when there is a GPU; fp64 for the control
 autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=False)   # on for precision bf16
-''' + _ONE_PROCESS + '''
-
-def loss_scale(batch):
-    """One process: None, ds2_loss's default of 1 / batch size."""
-    return None
-
-
-def global_loss(loss):
-    """One process: the loss itself (data-parallel, the mean over the workers)."""
-    return loss
 ''',
         "loss": "float(out)"}),
     ("tensorflow", {
@@ -72,8 +62,6 @@ import tensorflow as tf
 from keras import layers
 
 jit_compile = False                                   # True: the xla variant
-workers = 1                                           # > 1: data-parallel (synchronised BatchNorm)
-strategy = tf.distribute.get_strategy()               # the default strategy: its scope() changes nothing
 ''',
         "loss": "float(out[0])"}),
     ("mxnet", {
@@ -83,7 +71,6 @@ from mxnet import autograd, gluon
 from mxnet.gluon import nn, rnn
 
 ctx = mx.cpu()                                        # the notebook: mx.gpu(0) when there is a GPU
-contexts, sync_devices, kv = [ctx], False, None       # data-parallel: several devices, SyncBatchNorm, a kvstore
 ''',
         "after_model": "net.hybridize(static_alloc=True)   # the notebook does this after loading the weights",
         "loss": "float(out.asscalar())"}),
@@ -95,12 +82,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
-from jax.experimental import multihost_utils
 
 seed = 0                                              # the weights' seed (the notebook loads the canonical ones)
 scan_unroll = 1                                       # the unroll variant: 2
 compute_dtype = jnp.float32                           # bfloat16 for precision bf16
-workers = 1                                           # > 1: data-parallel over every device of every process
 ''',
         "loss": "float(out)"}),
 ])
@@ -126,14 +111,9 @@ import numpy as np
 dev = C.device.cpu()                                  # the notebook: a GPU when CNTK sees one
 C.device.try_set_default_device(dev)
 on_gpu = fused = False                                # fused: optimized_rnnstack (cuDNN), GPU only
-workers = 1                                           # > 1: data-parallel under MPI (global BatchNorm statistics)
 FRAMES_PER_SECOND = %d
 #: the mean output frames of a minibatch, from the notebook's iterator (deepmark preset; smoke)
 frames_per_minibatch = %r[os.environ.get("DS2_WIDTH", "full")]
-
-
-def all_reduce(x):
-    return x                                          # one process: nothing to reduce
 
 
 %s''' % (FRAMES_PER_SECOND, frames, inspect.getsource(labels.frame_labels).rstrip())

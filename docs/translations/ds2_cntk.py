@@ -22,14 +22,9 @@ import numpy as np
 dev = C.device.cpu()                                  # the notebook: a GPU when CNTK sees one
 C.device.try_set_default_device(dev)
 on_gpu = fused = False                                # fused: optimized_rnnstack (cuDNN), GPU only
-workers = 1                                           # > 1: data-parallel under MPI (global BatchNorm statistics)
 FRAMES_PER_SECOND = 100
 #: the mean output frames of a minibatch, from the notebook's iterator (deepmark preset; smoke)
 frames_per_minibatch = {'full': 4752.0, 'smoke': 707.1428571428571}[os.environ.get("DS2_WIDTH", "full")]
-
-
-def all_reduce(x):
-    return x                                          # one process: nothing to reduce
 
 
 def frame_labels(labels: np.ndarray, n_frames: int, n_classes: int) -> np.ndarray:

@@ -21,12 +21,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
-from jax.experimental import multihost_utils
 
 seed = 0                                              # the weights' seed (the notebook loads the canonical ones)
 scan_unroll = 1                                       # the unroll variant: 2
 compute_dtype = jnp.float32                           # bfloat16 for precision bf16
-workers = 1                                           # > 1: data-parallel over every device of every process
 
 
 from typing import Tuple  # noqa: E402  (the derived sizes' annotations)

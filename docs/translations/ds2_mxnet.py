@@ -20,7 +20,6 @@ from mxnet import autograd, gluon
 from mxnet.gluon import nn, rnn
 
 ctx = mx.cpu()                                        # the notebook: mx.gpu(0) when there is a GPU
-contexts, sync_devices, kv = [ctx], False, None       # data-parallel: several devices, SyncBatchNorm, a kvstore
 
 
 from typing import Tuple  # noqa: E402  (the derived sizes' annotations)

@@ -24,21 +24,6 @@ dev, dtype = torch.device("cpu"), torch.float32       # the notebook: cuda when 
 autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=False)   # on for precision bf16
 
 
-def my_share(batch):
-    """One process: the whole batch (data-parallel, the notebook gives each worker its share)."""
-    return batch
-
-
-def loss_scale(batch):
-    """One process: None, ds2_loss's default of 1 / batch size."""
-    return None
-
-
-def global_loss(loss):
-    """One process: the loss itself (data-parallel, the mean over the workers)."""
-    return loss
-
-
 from typing import Tuple  # noqa: E402  (the derived sizes' annotations)
 
 #: common/spec.py's DS2 configuration (FULL_MODEL) and its smoke width (SMOKE_MODEL), as literal values

@@ -20,8 +20,6 @@ import tensorflow as tf
 from keras import layers
 
 jit_compile = False                                   # True: the xla variant
-workers = 1                                           # > 1: data-parallel (synchronised BatchNorm)
-strategy = tf.distribute.get_strategy()               # the default strategy: its scope() changes nothing
 
 
 from typing import Tuple  # noqa: E402  (the derived sizes' annotations)
