@@ -34,13 +34,6 @@ OUTPUT_DIR = os.path.join(ROOT, "docs", "translations")
 DERIVED = ("conv_out", "freq_after_conv1", "freq_after_conv2", "rnn_input_width", "time_stride", "time_after_conv1",
            "output_length", "rnn_input_widths")
 
-_ONE_PROCESS = '''
-
-def my_share(batch):
-    """One process: the whole batch (data-parallel, the notebook gives each worker its share)."""
-    return batch
-'''
-
 #: per row: the imports and the notebook settings its cells read (single process, CPU, fp32), and how to read the
 #: loss off what ``train_step`` returns
 ROWS = OrderedDict([
@@ -129,7 +122,7 @@ import numpy as np  # noqa: E402
 from keras import layers, ops  # noqa: E402
 
 jit_compile = "auto"                                  # the backend's default; True: the xla variant (TensorFlow)
-''' + _ONE_PROCESS,
+''',
         "loss": "float(out)"}
 
 ROWS = OrderedDict((row, ROWS[row]) for row in TARGETS if row in ROWS)     # run_all.py's order

@@ -23,11 +23,6 @@ from keras import layers, ops  # noqa: E402
 jit_compile = "auto"                                  # the backend's default; True: the xla variant (TensorFlow)
 
 
-def my_share(batch):
-    """One process: the whole batch (data-parallel, the notebook gives each worker its share)."""
-    return batch
-
-
 from typing import Tuple  # noqa: E402  (the derived sizes' annotations)
 
 #: common/spec.py's DS2 configuration (FULL_MODEL) and its smoke width (SMOKE_MODEL), as literal values
