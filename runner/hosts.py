@@ -25,6 +25,7 @@ import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 from collections import OrderedDict
 from typing import Dict, List, Optional, Tuple
@@ -190,6 +191,19 @@ def printable(processes: List[dict], cwd: str) -> List[str]:
     return lines
 
 
+def _kill_group(p: subprocess.Popen) -> None:
+    """SIGKILL ``p``'s process group (``p`` leads it), reap ``p``, and stop reading its output after 2 s at most."""
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        p.kill()
+    try:
+        p.communicate(timeout=2)
+    except subprocess.TimeoutExpired:       # a child that left the group still holds the pipe: stop reading it
+        p.stdout.close()
+        p.wait()
+
+
 def preflight(hosts: List[Host], ssh_options: List[str], python: str, paths: List[str], timeout: float) -> None:
     """Every host answers over ssh and sees ``python`` and ``paths`` (the tree, the script) at the same place;
     HostsError naming the first host that does not."""
@@ -197,16 +211,18 @@ def preflight(hosts: List[Host], ssh_options: List[str], python: str, paths: Lis
                         + ["echo ds2-host-ok"])
     import time
     t0 = time.time()
+    # each ssh in its own process group: on a timeout the group goes, with what ssh started (a ProxyCommand, which
+    # would otherwise hold the output pipe open, and this runner waiting on it, for as long as it lives)
     procs = [(h, subprocess.Popen(ssh_argv(ssh_options, h.name, check, timeout), stdin=subprocess.DEVNULL,
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True))
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
+                                  start_new_session=True))
              for h in hosts]
     problems = []
     for h, p in procs:
         try:
             out, _ = p.communicate(timeout=timeout + 5)
         except subprocess.TimeoutExpired:
-            p.kill()
-            p.communicate()
+            _kill_group(p)
             problems.append("host %s did not join within %g s (--join-timeout): no answer over ssh" % (h.name, timeout))
             continue
         if "ds2-host-ok" not in out:

@@ -130,6 +130,22 @@ def test_the_agent_exits_with_its_processes_status():
         p.stdout.close()
 
 
+def test_a_preflight_that_never_answers_ends_at_the_join_timeout_with_what_ssh_started(tmp_path, monkeypatch):
+    """An ssh that hangs and has started a child holding its output (a ProxyCommand to a silent host): the preflight
+    gives up at the join timeout and stops the child too, instead of reading its output until the child ends."""
+    fake = tmp_path / "ssh"
+    fake.write_text("#!/bin/sh\nsleep 607\n")                # the child holds stdout; ssh itself waits for it
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", "%s:%s" % (tmp_path, os.environ["PATH"]))
+    t0 = time.time()
+    with pytest.raises(hosts.HostsError, match=r"^host ds2-silent did not join within 1 s \(--join-timeout\): no "
+                                               r"answer over ssh$"):
+        hosts.preflight([hosts.Host("ds2-silent", 1)], [], sys.executable, [ROOT], timeout=1)
+    assert time.time() - t0 < 1 + 5 + 5                       # the timeout, then 2 s at most to stop reading
+    left = subprocess.run(["pgrep", "-f", "sleep 607"], stdout=subprocess.PIPE, universal_newlines=True).stdout
+    assert left == "", "the hung ssh's child survived: %s" % left
+
+
 def test_join_and_failure_reasons_name_the_host():
     two = [hosts.Host("h0", 1), hosts.Host("h1", 1)]
     assert hosts.not_joined(two, {0: {"ds2_host": "h0"}}) == ["h1"]
