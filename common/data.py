@@ -121,6 +121,18 @@ def shard_sizes(n: int, world: int) -> List[int]:
 _Plan = namedtuple("_Plan", ["length_index", "size"])
 
 
+def check_lengths(lengths: Optional[Tuple[int, ...]]) -> Tuple[int, ...]:
+    """The utterance lengths (seconds) an iterator keeps: None -> all of DeepMark's 1..15, else a
+    non-empty, ascending, duplicate-free subset of them (the ``smoke`` preset's few lengths)."""
+    if lengths is None:
+        return UTTERANCE_SECONDS
+    lengths = tuple(lengths)
+    if not lengths or list(lengths) != sorted(set(lengths)) or any(
+            isinstance(s, bool) or s not in UTTERANCE_SECONDS for s in lengths):
+        raise ValueError("lengths must be ascending distinct seconds among 1..15, got %r" % (lengths,))
+    return lengths
+
+
 def utterance_counts(scale: int) -> List[int]:
     """Utterances of each length (1..15 s) in one epoch at ``scale``."""
     _check_positive_int("scale", scale)
@@ -146,7 +158,8 @@ class DeepMarkIterator:
     """
 
     def __init__(self, batch_size: int, scale: int = DEEPMARK_SCALE, seed: int = 0, shuffle: bool = False,
-                 n_freq: int = 161, n_classes: int = 29, blank: int = 0):
+                 n_freq: int = 161, n_classes: int = 29, blank: int = 0,
+                 lengths: Optional[Tuple[int, ...]] = None):
         _check_positive_int("batch_size", batch_size)
         _check_positive_int("scale", scale)
         _check_positive_int("n_freq", n_freq)
@@ -162,10 +175,13 @@ class DeepMarkIterator:
         self.shuffle = shuffle
         self.n_freq = n_freq
         self.n_classes = n_classes
+        self.lengths = check_lengths(lengths)
 
         # The batch plan: ascending length, full batches then the remainder of each length.
         self._plan = []  # type: List[_Plan]
         for li, count in enumerate(utterance_counts(scale)):
+            if UTTERANCE_SECONDS[li] not in self.lengths:
+                continue
             full, rest = divmod(count, batch_size)
             self._plan += [_Plan(li, batch_size)] * full + ([_Plan(li, rest)] if rest else [])
 
@@ -176,7 +192,7 @@ class DeepMarkIterator:
         # float64 and rounded to float32: NumPy's float32 sampler changed its tail between 1.19
         # (CNTK's Python 3.6) and 1.23 (77 of 3.9 million values differ in the last bit), the
         # float64 one gives the same bits in every NumPy version the project uses.
-        max_frames = max(UTTERANCE_SECONDS) * FRAMES_PER_SECOND
+        max_frames = max(self.lengths) * FRAMES_PER_SECOND
         self._max_elements = batch_size * max_frames * n_freq
         pool = np.random.Generator(np.random.PCG64(pool_seq)).standard_normal(
             2 * self._max_elements).astype(np.float32)
@@ -265,6 +281,13 @@ class DeepMarkIterator:
             firsts.setdefault(p.length_index, i)
         return [self.batch(firsts[li]) for li in sorted(firsts)]
 
+    def length_batch(self, seconds: int) -> Batch:
+        """The first batch of utterances of ``seconds`` seconds (one of :attr:`lengths`)."""
+        for i, p in enumerate(self._plan):
+            if UTTERANCE_SECONDS[p.length_index] == seconds:
+                return self.batch(i)
+        raise ValueError("no utterances of %r s in this iterator (lengths %s)" % (seconds, list(self.lengths)))
+
     # ---- checksum -------------------------------------------------------------------
     def _new_digest(self):
         digest = hashlib.sha256(b"DS2-Rosetta DeepMarkIterator v1")
@@ -304,4 +327,5 @@ class DeepMarkIterator:
             "batch_size": self.batch_size, "scale": self.scale, "seed": self.seed, "shuffle": self.shuffle,
             "batches": len(self), "utterances": self.utterances, "audio_seconds": self.audio_seconds,
             "audio_hours": round(self.audio_hours, 4), "distinct_shapes": len(self.shapes()),
+            "lengths": list(self.lengths),
         }

@@ -236,6 +236,7 @@ class Preset:
     purpose: str
     forward_repeats: int = 3    # repeats per utterance length of the forward-only timing (median)
     peak_square: int = 4096     # side of the square matmul whose rate is the device's measured peak
+    lengths: Tuple[int, ...] = UTTERANCE_SECONDS   # the utterance lengths (s) of the data: all 15, or a few
 
     def with_overrides(self, batch_size=None, scale=None) -> "Preset":
         """This preset with a different batch size and/or data scale (validated)."""
@@ -263,8 +264,13 @@ PRESETS = {
                        purpose="the real benchmark on a GPU: full model, one full DeepMark epoch"),
     "quick": Preset("quick", FULL_MODEL, scale=64, batch_size=32,
                     purpose="a fast GPU run: full model, 5% of an epoch with the same length mix"),
-    "smoke": Preset("smoke", SMOKE_MODEL, scale=1, batch_size=8,
-                    purpose="CPU, CI and tests: same structure with small widths, 100 utterances",
+    # The correctness check, quick by design: 4 of the 15 lengths at one utterance per percent point, in
+    # batches of 8 -- 3 x 1 s (a partial batch), 10 x 2 s (8 + 2), 9 x 7 s (8 + a batch of one: with 2
+    # workers one share is empty), 8 x 8 s (the profiled batch): 30 utterances, 150 s of audio, 6 batches of 6
+    # shapes, so an XLA row compiles 6 programs, not 21, and warm-up plus epoch make the 12 losses of which the
+    # cross-framework comparisons read 10.
+    "smoke": Preset("smoke", SMOKE_MODEL, scale=1, batch_size=8, lengths=(1, 2, 7, 8),
+                    purpose="CPU, CI and tests: same structure with small widths, 30 utterances of 4 lengths",
                     peak_square=1024),
     # The full model on a machine without a GPU, sized for at most ~8 minutes per framework on 2 CPU
     # cores: one utterance per percent point (100 utterances, 594 s of audio) in batches of 8, so the

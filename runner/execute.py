@@ -103,10 +103,10 @@ _expected_checksums = {}  # type: Dict[tuple, str]
 
 
 def expected_checksum(preset: Preset, seed: int) -> str:
-    key = (preset.batch_size, preset.scale, seed, preset.config.n_freq, preset.config.n_classes)
+    key = (preset.batch_size, preset.scale, seed, preset.config.n_freq, preset.config.n_classes, preset.lengths)
     if key not in _expected_checksums:
         it = DeepMarkIterator(preset.batch_size, preset.scale, seed, n_freq=preset.config.n_freq,
-                              n_classes=preset.config.n_classes)
+                              n_classes=preset.config.n_classes, lengths=preset.lengths)
         _expected_checksums[key] = it.expected_checksum()
     return _expected_checksums[key]
 

@@ -193,7 +193,7 @@ def check_batch(opts: "execute.RunOptions"):
     """The check batch every notebook uses (``train_data.batch(0)``)."""
     p = opts.preset
     return DeepMarkIterator(p.batch_size, p.scale, opts.seed, n_freq=p.config.n_freq,
-                            n_classes=p.config.n_classes).batch(0)
+                            n_classes=p.config.n_classes, lengths=p.lengths).batch(0)
 
 
 # ---- one cell of the matrix ----------------------------------------------------------------------------

@@ -94,7 +94,8 @@ def _cntk_preamble() -> str:
     frames = {}
     for width, preset in (("full", "deepmark"), ("smoke", "smoke")):
         P = get_preset(preset)
-        data = DeepMarkIterator(P.batch_size, P.scale, 0, n_freq=P.config.n_freq, n_classes=P.config.n_classes)
+        data = DeepMarkIterator(P.batch_size, P.scale, 0, n_freq=P.config.n_freq, n_classes=P.config.n_classes,
+                                lengths=P.lengths)
         frames[width] = data.audio_seconds * P.config.output_length(FRAMES_PER_SECOND) / len(data)
     return '''import math
 

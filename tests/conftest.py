@@ -24,6 +24,30 @@ TEST_LIMIT_S = 300.0
 FULL_HINT = "python -m tests --full"
 
 
+# ---- how close the rows must be: the measured spread on a CPU in fp32, with a margin ----------------------------
+#: the first loss against the NumPy float64 reference: measured 5.9e-9 to 1.25e-7 over the eight rows (2026-11-25,
+#: Intel Xeon and AMD EPYC). The notebooks' own check stays at the spec's 1e-4 (common/spec.py LOSS_RTOL), which
+#: must also hold on GPUs; the test holds the CPU to what it measures. A BatchNorm epsilon of 1e-3 instead of 1e-5
+#: moves the first loss by 1.0e-5: caught here, not by 1e-4.
+FIRST_LOSS_RTOL = 1e-6
+#: the first K training steps (warm-up, then the timed pass) of every row against PyTorch's: measured at most
+#: 1.7e-7 (every row, smoke, 2026-11-25); a learning rate 0.7x or no momentum moves step 2 or 3 by far more.
+K_STEPS = 10
+TRAJECTORY_RTOL = 1e-5
+#: a variant against its row of record over the first K steps. Variants that run the same kernels in another
+#: schedule (an unrolled scan, a static-shape MXNet graph) agree to the last bits (measured 0.0); compiled ones
+#: fuse and reorder floating-point work: PyTorch's Inductor measured 4.9e-5 (cpu preset, full width, 2026-11-23),
+#: and XLA under TensorFlow is held to the same.
+VARIANT_RTOL = {"jax+unroll": 1e-6, "mxnet+static": 1e-6,
+                "pytorch+compile": 1e-4, "tensorflow+xla": 1e-4, "keras-tensorflow+xla": 1e-4}
+
+
+def variant_rtol(target: str) -> float:
+    """How far ``target``'s first K losses may be from its row of record's (one number per variant, used by
+    every test that compares a variant with its row)."""
+    return VARIANT_RTOL[target]
+
+
 # ---- the tiers -----------------------------------------------------------------------------------------------
 def pytest_addoption(parser):
     parser.addoption("--full", action="store_true", default=False,
@@ -182,6 +206,23 @@ def no_cntk_python_anywhere(home):
     return env
 
 
+def env_interpreter(run, target):
+    """The interpreter of the CPU environment in which ``run`` (a RunAll, e.g. the session's smoke run) ran
+    ``target``, where the runner puts it (runner/envs.py, DS2_ENVS_DIR honoured).  A row the run skipped is
+    skipped with the runner's reason; a row that ran must have its environment there."""
+    from runner import envs
+    from runner.bootstrap import env_python
+    from runner.targets import ALL_TARGETS, ENVS
+    rec = run.record(target)
+    if rec["status"] == "skipped":
+        pytest.skip("%s: %s" % (target, rec["error"]))
+    env = ENVS[ALL_TARGETS[target].env]
+    python = env_python(envs.env_path(env, "cpu", rec["run"].get("interpreter")))
+    assert os.path.exists(python), "%s ran (%s) but its environment's interpreter %s is missing" % (
+        target, rec["status"], python)
+    return python
+
+
 def run_all(args, results_dir):
     return RunAll(args, results_dir)
 
@@ -264,6 +305,19 @@ def two_worker_record(two, target):
     return rec
 
 
+def recheck_first_losses(rec, single, eq):
+    """The runner's equivalence, computed again without common.parallel: the first 10 losses of both records
+    (warm-up, then the timed pass) straight from the JSON, their largest relative difference equal to the one
+    the record reports and within 1e-5.  Returns ``rec``'s 10 losses."""
+    import numpy as np
+    mine = np.array((rec["losses"]["warmup"] + rec["losses"]["train"])[:10], dtype=np.float64)
+    theirs = np.array((single["losses"]["warmup"] + single["losses"]["train"])[:10], dtype=np.float64)
+    assert mine.shape == theirs.shape == (10,)
+    rel = float(np.max(np.abs(mine - theirs) / np.abs(theirs)))
+    assert rel <= 1e-5 and rel == pytest.approx(eq["loss_rel_diff"], abs=1e-15), (rel, eq)
+    return mine
+
+
 def assert_trains_like(rec, single):
     """The W-worker record ``rec`` trains like the single-worker record ``single``: the runner's
     ``checks.equivalence`` passed over the first 10 losses within 1e-5 with the same data checksum, the same
@@ -275,9 +329,7 @@ def assert_trains_like(rec, single):
     assert eq["steps_compared"] == parallel.EQUIVALENCE_STEPS == 10
     assert eq["loss_rel_diff"] <= 1e-5 and eq["rel_diff"] <= 1e-5, eq
     assert eq["checksum_equal"] and rec["data"]["checksum"] == single["data"]["checksum"]
-    again = parallel.equivalence(rec, single)
-    assert again["ok"] and again["loss_rel_diff"] == pytest.approx(eq["loss_rel_diff"], abs=1e-15)
-    first = parallel.first_losses(rec)
+    first = recheck_first_losses(rec, single, eq)
     assert len(set(first.round(3))) > 5
     assert len(rec["losses"]["train"]) == len(single["losses"]["train"]) == rec["timing"]["steps"]
     return eq

@@ -154,3 +154,24 @@ def test_checksums_are_pinned_across_numpy_versions():
         "63bc287789a175a387e875f37b91d5b5eb2d9d365cf85e3796cec553b0c07d0d"
     assert DeepMarkIterator(32, 1280, seed=0).expected_checksum() == \
         "e5da1c5f80358469d599185356bb88ea32212bfdcc3632d897db72f7a099526f"
+
+
+def test_a_subset_of_lengths_keeps_their_batches_and_shares():
+    """The smoke preset's few lengths: each kept length has its share of utterances, batched as in the full
+    table; the full table's data is unchanged by the option (pinned checksums above)."""
+    it = DeepMarkIterator(8, 1, seed=0, lengths=(1, 2, 7, 8))
+    assert it.shapes() == [(3, 100), (8, 200), (2, 200), (8, 700), (1, 700), (8, 800)]
+    assert (len(it), it.utterances, it.audio_seconds) == (6, 30, 150)
+    assert it.describe()["lengths"] == [1, 2, 7, 8]
+    assert it.length_batch(8).features.shape == (8, 800, 161)
+    assert [b.seconds for b in it.one_batch_per_length()] == [1, 2, 7, 8]
+    assert it.shard_stats(2)["batches_with_empty_shards"] == 1
+    assert it.expected_checksum() != DeepMarkIterator(8, 1, seed=0).expected_checksum()
+    with pytest.raises(ValueError, match="no utterances of 3 s"):
+        it.length_batch(3)
+
+
+@pytest.mark.parametrize("lengths", [(), (2, 1), (1, 1), (0,), (16,), (True,)])
+def test_bad_lengths(lengths):
+    with pytest.raises(ValueError, match="lengths must be ascending distinct seconds among 1..15"):
+        DeepMarkIterator(8, 1, seed=0, lengths=lengths)

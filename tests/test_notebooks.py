@@ -14,11 +14,10 @@ from common.weights import canonical_weights
 from common.flops import pass_flops
 from common.spec import LOSS_RTOL
 from runner.targets import TARGETS, VARIANTS
-from tests.conftest import bf16_cpu_targets, full_targets, selected_targets
+from tests.conftest import (FIRST_LOSS_RTOL, K_STEPS, TRAJECTORY_RTOL, bf16_cpu_targets, full_targets,
+                            selected_targets, variant_rtol)
 
 SMOKE = get_preset("smoke")
-K_STEPS = 10          # losses compared across frameworks: the first K training steps
-TRAJECTORY_RTOL = 1e-3
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 NAMES = [t for t in selected_targets() if t in TARGETS]              # rows of record
@@ -35,7 +34,7 @@ def ok_record(smoke, target, precision="fp32"):
 
 @pytest.fixture(scope="module")
 def iterator():
-    return DeepMarkIterator(SMOKE.batch_size, SMOKE.scale, seed=0)
+    return DeepMarkIterator(SMOKE.batch_size, SMOKE.scale, seed=0, lengths=SMOKE.lengths)
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +49,8 @@ def test_record_is_complete_and_correct(smoke, target, iterator, first_reference
     assert (rec["preset"], rec["batch_size"], rec["scale"], rec["seed"]) == ("smoke", 8, 1, 0)
     assert rec["config"] == json.loads(json.dumps(SMOKE.config.to_dict()))
     # correctness checks
-    loss = rec["checks"]["loss"]
-    assert loss["ok"] and loss["rel_diff"] <= 1e-4 and loss["rtol"] == 1e-4
+    loss = rec["checks"]["loss"]    # the notebook's own check holds 1e-4 (GPUs too); on this CPU it is far closer
+    assert loss["ok"] and loss["rtol"] == 1e-4 and loss["rel_diff"] <= FIRST_LOSS_RTOL, loss
     assert loss["reference"] == pytest.approx(first_reference_loss, rel=1e-12)
     params = rec["checks"]["params"]
     extra = SMOKE.config.extra_rnn_biases if params["extra_rnn_biases"] else 0
@@ -66,14 +65,16 @@ def test_record_is_complete_and_correct(smoke, target, iterator, first_reference
     assert t["utterances_per_s"] == pytest.approx(t["utterances"] / t["train_s"], rel=1e-9)
     assert t["warmup_steps"] == len(iterator.shapes())
     assert 0 < t["step_ms_median"] <= t["step_ms_p90"]
-    assert sorted(t["per_length"], key=int) == [str(s) for s in range(1, 16)]
+    assert sorted(t["per_length"], key=int) == [str(s) for s in SMOKE.lengths]
     assert sum(p["steps"] for p in t["per_length"].values()) == len(iterator)
-    assert all(t["forward_ms"][str(s)] > 0 for s in range(1, 16))
-    assert t["projected_epoch_s"] > t["train_s"]
+    assert sorted(t["forward_ms"], key=int) == [str(s) for s in SMOKE.lengths]
+    assert all(t["forward_ms"][str(s)] > 0 for s in SMOKE.lengths)
+    assert t["projected_epoch_s"] is None       # a pass over 4 of the 15 lengths projects no DeepMark epoch
+    assert rec["data"]["lengths"] == list(SMOKE.lengths)
     # losses: the first warm-up step is the checked batch from the canonical weights
     losses = rec["losses"]
     assert len(losses["train"]) == len(iterator) and all(math.isfinite(v) for v in losses["train"])
-    assert losses["warmup"][0] == pytest.approx(first_reference_loss, rel=1e-4)
+    assert losses["warmup"][0] == pytest.approx(first_reference_loss, rel=FIRST_LOSS_RTOL)
     assert losses["first"] == losses["train"][0] and losses["last"] == losses["train"][-1]
     # provenance
     assert rec["versions"]["framework"] and rec["device"]["type"] == "cpu"
@@ -168,10 +169,11 @@ def test_variant_passes_the_checks_and_trains_like_its_row_of_record(smoke, targ
     assert rec["row_of_record"] == variant.variant_of and row["row_of_record"] == variant.variant_of
     assert rec["variant"] and row["variant"] == ""
     assert rec["options"]["variant"] == variant.parameters["variant"] and row["options"]["variant"] == ""
-    assert rec["checks"]["loss"]["ok"] and rec["checks"]["loss"]["rel_diff"] <= 1e-4
+    assert rec["checks"]["loss"]["ok"] and rec["checks"]["loss"]["rel_diff"] <= FIRST_LOSS_RTOL
     mine, theirs = trajectory(rec), trajectory(row)
     rel = np.abs(mine - theirs) / np.abs(theirs)
-    assert rel.max() <= TRAJECTORY_RTOL, "%s's first losses differ from %s's by %.2e" % (target, row["target"], rel.max())
+    assert rel.max() <= variant_rtol(target), "%s's first losses differ from %s's by %.2e" % (
+        target, row["target"], rel.max())
 
 
 # ---- bf16 on a CPU: the mixed-precision code of every notebook runs in CI (issue #14) -----------------------

@@ -15,8 +15,8 @@ from runner.migrate import repo_path
 from runner.targets import TARGETS
 from tests.conftest import full_targets, ROOT, selected_targets
 
-onnx = pytest.importorskip("onnx", reason="the runner environment pins onnx (envs/runner.txt)")
-pytest.importorskip("onnxruntime", reason="the runner environment pins onnxruntime (envs/runner.txt)")
+import onnx          # noqa: E402  pinned in the runner environment (envs/runner.txt), as onnxruntime
+import onnxruntime   # noqa: E402,F401
 
 CFG = get_preset("smoke").config
 

@@ -15,9 +15,8 @@ And what ``run_all.py --migrate`` runs (the code cells through ``rosetta:check``
 canonical file with running statistics that are not 0 and 1 goes in and comes out bit-identical, checked in
 inference mode; a file that lacks a name stops the notebook in section 5 with one ``WeightsError`` line.
 
-Runs the notebook in the CNTK kernel (``ds2-cntk-cpu-*`` registered in the runner environment); skipped
-without it.  About a minute on 2 cores, most of it CNTK's start."""
-import glob
+Runs the notebook in the CNTK kernel that the session's smoke run used (skipped only when that run skipped the
+row, with its reason).  About a minute on 2 cores, most of it CNTK's start."""
 import json
 import os
 import subprocess
@@ -65,9 +64,18 @@ with open(OUT_PATH, "w") as _f:
 '''
 
 
-def cntk_kernel():
-    kernels = sorted(glob.glob(os.path.join(sys.prefix, "share", "jupyter", "kernels", "ds2-cntk-cpu*")))
-    return os.path.basename(kernels[0]) if kernels else None
+@pytest.fixture(scope="module")
+def kernel(smoke):
+    """The CNTK kernel the session's smoke run used (runner/envs.py names it): skipped with the runner's reason
+    when that run skipped the row, and it must exist when the row ran."""
+    from runner import envs
+    from runner.targets import ENVS
+    rec = smoke.record("cntk")
+    if rec["status"] == "skipped":
+        pytest.skip("cntk: %s" % rec["error"])
+    name = envs.kernel_name(ENVS["cntk"], "cpu", rec["run"].get("interpreter"))
+    assert os.path.isdir(os.path.join(envs.kernels_prefix(), "share", "jupyter", "kernels", name)), name
+    return name
 
 
 def trimmed_notebook(out_path):
@@ -92,10 +100,7 @@ def migration_notebook():
     return nb
 
 
-def papermill(nb, tmp, *params):
-    kernel = cntk_kernel()
-    if kernel is None:
-        pytest.skip("no CNTK kernel (ds2-cntk-cpu-*) in %s" % sys.prefix)
+def papermill(nb, tmp, kernel, *params):
     nb_in, nb_out = str(tmp / "in.ipynb"), str(tmp / "out.ipynb")
     nbformat.write(nb, nb_in)
     args = ["-p", "preset", "smoke", "-p", "device", "cpu", "-p", "result_path", str(tmp / "records" / "r.json")]
@@ -108,10 +113,10 @@ def papermill(nb, tmp, *params):
 
 
 @pytest.fixture(scope="module")
-def measured(tmp_path_factory):
+def measured(tmp_path_factory, kernel):
     tmp = tmp_path_factory.mktemp("cntk_bn")
     out = str(tmp / "bn.json")
-    proc, _ = papermill(trimmed_notebook(out), tmp)
+    proc, _ = papermill(trimmed_notebook(out), tmp, kernel)
     assert proc.returncode == 0, proc.stdout[-3000:]
     with open(out) as f:
         return json.load(f)
@@ -162,7 +167,7 @@ def test_cntk_batchnormalization_weights_by_its_time_constant_and_keeps_the_unbi
         assert rel(d["after_mean"], mean_m) > 1e-3, name                    # and so is momentum 0.1
 
 
-def test_migration_cells_round_trip_a_canonical_file_bit_for_bit(tmp_path):
+def test_migration_cells_round_trip_a_canonical_file_bit_for_bit(tmp_path, kernel):
     cfg = get_preset("smoke").config
     state = canonical_state(cfg, 3)
     rng = np.random.RandomState(3)                    # running statistics that are not the initial 0 and 1
@@ -171,7 +176,7 @@ def test_migration_cells_round_trip_a_canonical_file_bit_for_bit(tmp_path):
                        else rng.uniform(0.5, 2.0, state[name].shape)).astype(np.float32)
     source = str(tmp_path / "source.npz")
     save_weights(source, state)
-    proc, _ = papermill(migration_notebook(), tmp_path, ("init_weights", source))
+    proc, _ = papermill(migration_notebook(), tmp_path, kernel, ("init_weights", source))
     assert proc.returncode == 0, proc.stdout[-3000:]
     exported = load_weights(str(tmp_path / "weights" / "r.npz"))
     assert sorted(exported) == sorted(state)
@@ -183,13 +188,13 @@ def test_migration_cells_round_trip_a_canonical_file_bit_for_bit(tmp_path):
     assert info["inference"]["logits_max_rel"] < 1e-5 and info["native"]["logits_max_abs"] == 0.0
 
 
-def test_a_file_without_a_canonical_name_stops_in_section_5_with_one_line(tmp_path):
+def test_a_file_without_a_canonical_name_stops_in_section_5_with_one_line(tmp_path, kernel):
     cfg = get_preset("smoke").config
     state = canonical_state(cfg, 0)
     del state["bd1.bn.var"]
     broken = str(tmp_path / "broken.npz")
     save_weights(broken, state)
-    proc, nb = papermill(migration_notebook(), tmp_path, ("init_weights", broken))
+    proc, nb = papermill(migration_notebook(), tmp_path, kernel, ("init_weights", broken))
     assert proc.returncode != 0
     errors = [(c, o) for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert len(errors) == 1

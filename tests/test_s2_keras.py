@@ -60,7 +60,7 @@ def test_keras_jax_two_workers_equal_one_worker_with_the_global_batch(single):
     d = rec["distributed"]
     assert d["launcher"] == "jax" and "DataParallel" in d["backend"] and "gloo" in d["backend"], d
     assert d["notebook_world_size"] == 2 and d["per_worker_batch"] == 4 and d["global_batch"] == 8
-    assert d["replicated_batches"] == 8                       # the smoke pass's batches of odd size
+    assert d["replicated_batches"] == 2                       # the smoke pass's batches of odd size (3 and 1)
     assert rec["batch_size"] == single_rec["batch_size"] == 8
 
     eq = assert_trains_like(rec, single_rec)   # tests/conftest.py: the checks every data-parallel test shares
@@ -155,9 +155,10 @@ def test_keras_jax_preset_batches_the_dp_test_relies_on():
     """The smoke pass with the global batch 8 has batches that 2 does not divide (fed whole by both processes)
     and full ones (sharded): the two-worker test covers both paths."""
     P = get_preset("smoke").with_overrides(batch_size=8)
-    it = DeepMarkIterator(P.batch_size, P.scale, 0, n_freq=P.config.n_freq, n_classes=P.config.n_classes)
+    it = DeepMarkIterator(P.batch_size, P.scale, 0, lengths=P.lengths, n_freq=P.config.n_freq,
+                          n_classes=P.config.n_classes)
     stats = it.shard_stats(2)
-    assert stats["uneven_batches"] == 8 and 0 < stats["uneven_batches"] < stats["batches"]
+    assert stats["uneven_batches"] == 2 and 0 < stats["uneven_batches"] < stats["batches"]
 
 
 @pytest.mark.parametrize("target, instead", [("keras-torch", "PyTorch notebook (DDP"),

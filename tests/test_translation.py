@@ -8,7 +8,6 @@ before the update, from the canonical weights, with training-mode BatchNorm -- m
 (common/reference.py) within the notebooks' own first-loss tolerance (common/checks.py check_loss, fp32).
 The files must be current (what ``--extract`` writes now) and import nothing from ``common/``.
 """
-import glob
 import json
 import os
 import re
@@ -18,7 +17,7 @@ import pytest
 
 from runner import translation
 from runner.targets import ENVS, TARGETS
-from tests.conftest import ROOT, selected_targets
+from tests.conftest import ROOT, env_interpreter, selected_targets
 
 #: runs in the framework's interpreter: argv = translation file, notebook, expression of the loss in ``out``
 HARNESS = r'''
@@ -68,12 +67,6 @@ print("RESULT " + json.dumps(check_loss(loss, ref, "fp32")))
 '''
 
 
-def interpreter(env_name):
-    """The framework environment's interpreter under .venvs/ (CPU build), or None."""
-    found = sorted(glob.glob(os.path.join(ROOT, ".venvs", "%s-cpu*" % env_name, "bin", "python")))
-    return found[0] if found else None
-
-
 @pytest.mark.parametrize("row", translation.rows())
 def test_translation_is_current_and_standalone(row):
     path = translation.output_path(row)
@@ -87,13 +80,11 @@ def test_translation_is_current_and_standalone(row):
 
 
 @pytest.mark.parametrize("row", translation.rows())
-def test_translation_takes_the_first_step_like_the_reference(row, tmp_path):
+def test_translation_takes_the_first_step_like_the_reference(row, tmp_path, smoke):
     if row not in selected_targets():
         pytest.skip("%s is not among DS2_TEST_FRAMEWORKS" % row)
     target = TARGETS[row]
-    python = interpreter(target.env)
-    if python is None:
-        pytest.skip("no .venvs/%s-cpu environment (python run_all.py --setup-only)" % target.env)
+    python = env_interpreter(smoke, row)      # the environment the session's smoke run used
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", CUDA_VISIBLE_DEVICES="", JAX_PLATFORMS="cpu",
                TF_CPP_MIN_LOG_LEVEL="2")
     venv = os.path.dirname(os.path.dirname(python))
