@@ -40,7 +40,7 @@ import json
 import math
 import os
 import tempfile
-from typing import Dict, Iterable, List, Optional
+from typing import Dict, Iterable, List, Optional, Tuple
 
 SCHEMA_VERSION = 1
 STATUSES = ("ok", "failed", "skipped")
@@ -210,6 +210,21 @@ def read_records(directory: str) -> List[dict]:
         if name.endswith(".json") and not name.startswith("."):
             records.append(read_record(os.path.join(directory, name)))
     return records
+
+
+def scan_records(directory: str) -> Tuple[List[dict], List[Tuple[str, str]]]:
+    """Every ``*.json`` record of ``directory`` that reads as one (sorted by file name), and (path, why) for each
+    that does not: invalid or truncated JSON, no ``status``, a schema this project does not write.  The report
+    is made from the first and lists the second, so one bad file neither stops it nor goes unnoticed."""
+    records, unreadable = [], []
+    for name in sorted(os.listdir(directory)):
+        if name.endswith(".json") and not name.startswith("."):
+            path = os.path.join(directory, name)
+            try:
+                records.append(read_record(path))
+            except (OSError, ValueError) as e:        # JSONDecodeError and UnicodeDecodeError are ValueErrors
+                unreadable.append((path, one_line("%s" % (getattr(e, "strerror", None) or e), 200)))
+    return records, unreadable
 
 
 def load_records(directory: str):

@@ -10,5 +10,7 @@
 - :mod:`runner.interrupt` Ctrl-C and SIGTERM end a run within seconds, tidily -- standard library only
 - :mod:`runner.report`    writes results.md from the records
 - :mod:`runner.rosetta`   ROSETTA.md and docs/rosetta.html from the notebooks' tagged cells
-- :mod:`runner.cli`       the command line of run_all.py: checks every argument, then runs
+- :mod:`runner.validate`  every input of run_all.py, the report and the Rosetta pages, checked before anything
+  is created or started: one line, exit status 2 -- standard library only
+- :mod:`runner.cli`       the command line of run_all.py: checks every argument (runner.validate), then runs
 """

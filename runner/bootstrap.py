@@ -127,17 +127,49 @@ def in_runner_env() -> bool:
     return os.path.abspath(sys.prefix) == os.path.abspath(runner_dir())
 
 
+#: the modules run_all.py and the report import from envs/runner.txt (import name: distribution), cheapest first
+RUNNER_IMPORTS = (("numpy", "numpy"), ("tabulate", "tabulate"), ("tqdm", "tqdm"), ("mistune", "mistune"),
+                  ("pygments", "Pygments"), ("nbformat", "nbformat"), ("nbclient", "nbclient"),
+                  ("papermill", "papermill"), ("pandas", "pandas"), ("matplotlib", "matplotlib"))
+
+
+def import_problem() -> Optional[str]:
+    """``DS2_RUNNER=current``: the first module the runner needs that is installed but does not import here (a
+    broken or half-upgraded package), in one line with how to reinstall it; None when all import."""
+    import importlib
+    for module, dist in RUNNER_IMPORTS:
+        try:
+            importlib.import_module(module)
+        except Exception as e:  # ImportError, and whatever a broken package raises while it initialises
+            from .installed import read_pins
+            pin = read_pins(RUNNER_REQUIREMENTS, "%d.%d" % sys.version_info[:2]).get(dist)
+            return ("DS2_RUNNER=current: %s cannot import %s (%s: %s); reinstall it with: %s -m pip install "
+                    "--force-reinstall '%s%s'" % (sys.executable, module, type(e).__name__,
+                                                  " ".join(str(e).split())[:200], sys.executable, dist,
+                                                  "==" + pin if pin else ""))
+    return None
+
+
 def reexec_in_runner(argv) -> None:
     """Re-execute ``argv`` (arguments after the interpreter) inside the runner environment; with
     ``DS2_RUNNER=current``, check instead that the current interpreter has what the runner imports (one line
     naming what it lacks and how to install it, exit status 2)."""
     prog = "python -m tests" if argv[:2] == ["-m", "tests"] else os.path.basename(argv[0])
+    from .validate import environment_errors, refuse     # standard library only, like this module
+    errors = environment_errors(names=("DS2_RUNNER", "DS2_ENVS_DIR", "DS2_WHEELHOUSE"))
+    for i, arg in enumerate(argv):          # read below before argparse is in charge: an empty one is not "here"
+        value = arg.split("=", 1)[1] if arg.startswith("--wheelhouse=") else \
+            argv[i + 1] if arg == "--wheelhouse" and i + 1 < len(argv) else None
+        if value is not None and not value.strip():
+            errors.append("argument --wheelhouse: %r is empty: an empty value names no directory (it is not "
+                          "'here')" % value)
+    if errors:
+        sys.exit(refuse(prog, errors[0]))
     if os.environ.get("DS2_RUNNER") == "current":
         from .installed import runner_problem     # standard library only, like this module
-        problem = runner_problem(tests=prog == "python -m tests")
+        problem = runner_problem(tests=prog == "python -m tests") or import_problem()
         if problem:
-            print("%s: error: %s" % (prog, problem), file=sys.stderr)
-            sys.exit(2)
+            sys.exit(refuse(prog, problem))
         return
     if in_runner_env():
         return

@@ -1,74 +1,24 @@
 """The command line of run_all.py."""
 import argparse
 import os
-import re
 import shlex
 import sys
-import tempfile
-from typing import Dict, List, Optional
+from typing import List, Optional
 
 from common import envinfo
 from common.spec import CONTROL_PRECISION, PRECISIONS, PRESETS, get_preset
 
 from . import cntk_python, envs, execute, interrupt, preflight, report
 from . import installed as installed_mod
-from . import wheelhouse
+from . import validate, wheelhouse
 from .bootstrap import ROOT, EnvError
-from .targets import ALL_TARGETS, ENVS, TARGETS, VARIANTS, control_precision_error, names, variants_of
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """Bad input gets one clear line and exit status 2 (not a usage dump)."""
-
-    def error(self, message):
-        self.exit(2, "%s: error: %s\n" % (self.prog, message))
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError("must be a positive integer, got %r" % text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be a positive integer, got %r" % text)
-    return value
-
-
-def positive_int_list(text: str) -> List[int]:
-    """A comma list of positive integers (``--batch-size 8,32``), in order, duplicates dropped."""
-    items = [t.strip() for t in text.split(",") if t.strip()]
-    if not items:
-        raise argparse.ArgumentTypeError("must be a positive integer or a comma list of them, got %r" % text)
-    values = []
-    for item in items:
-        value = positive_int(item)
-        if value not in values:
-            values.append(value)
-    return values
-
-
-def non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError("must be a non-negative integer, got %r" % text)
-    return value
+from .targets import ALL_TARGETS, ENVS, TARGETS, VARIANTS, names, variants_of
+from .validate import OneLineParser, non_empty, positive_int, positive_int_list, seconds  # noqa: F401
 
 
 def comma_list(choices, what):
-    def parse(text: str) -> List[str]:
-        items = [t.strip() for t in text.split(",") if t.strip()]
-        if not items:
-            raise argparse.ArgumentTypeError("no %s given" % what)
-        if items == ["all"] and what == "framework":
-            return list(TARGETS)
-        for item in items:
-            if item not in choices:
-                raise argparse.ArgumentTypeError("unknown %s %r; choose from: %s" % (what, item, ", ".join(choices)))
-        return items
-    return parse
+    """A comma list of ``choices``, each once (runner/validate.py); ``all`` alone is every row of record."""
+    return validate.comma_list(choices, what, everything=list(TARGETS) if what == "framework" else None)
 
 
 def preset_name(text: str) -> str:
@@ -111,33 +61,41 @@ def build_parser() -> argparse.ArgumentParser:
                         "has it, bf16); fp64: the float64 control, pytorch only (a reference trajectory, not a row)")
     p.add_argument("--profile", action="store_true",
                    help="also profile one training step on an 8-s batch (the record's profile section)")
-    p.add_argument("--seed", type=non_negative_int, default=0, help="seed of data and initial weights (default 0)")
-    p.add_argument("--init-weights", default=None, metavar="NPZ",
+    p.add_argument("--seed", type=validate.seed, default=0,
+                   help="seed of data and initial weights, 0 to %d (default 0)" % validate.MAX_SEED)
+    p.add_argument("--init-weights", type=non_empty("file"), default=None, metavar="NPZ",
                    help="start every notebook from this canonical .npz (e.g. another run's export, results/weights/"
                         "*.npz) instead of the canonical initial weights of --seed; checked against the preset's "
                         "model before anything runs (docs/migration.md)"),
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                    help="auto: cuda when nvidia-smi sees a GPU (default)")
     p.add_argument("--workers", type=positive_int, default=1,
-                   help="data-parallel processes per target (default 1); --batch-size is then per worker and "
-                        "--timeout bounds the whole run (runner/distributed.py, issue #15)")
+                   help="data-parallel processes per target (default 1; without --hosts at most %d per usable core "
+                        "of this machine); --batch-size is then per worker and --timeout bounds the whole run "
+                        "(runner/distributed.py)" % validate.WORKERS_PER_CORE)
+    p.add_argument("--oversubscribe", action="store_true",
+                   help="with --workers W: start W processes on this machine even when W exceeds %d per usable "
+                        "core" % validate.WORKERS_PER_CORE)
     p.add_argument("--mxnet-dp", choices=["sync", "local", "dist_sync"], default="sync",
                    help="MXNet with --workers W: sync (default: one process, W devices, SyncBatchNorm), local (the same, "
                         "each device its own BatchNorm statistics), dist_sync (W processes + a ps-lite scheduler and "
                         "server; per-worker statistics; equals local) (runner/distributed.py MXNET_DP_MODES)")
-    p.add_argument("--hosts", metavar="HOSTFILE", default=None,
+    p.add_argument("--hosts", type=non_empty("hostfile"), metavar="HOSTFILE", default=None,
                    help="with --workers W: train on several machines, one host[:slots] per line (W = the slots' sum); "
                         "each host's processes start over ssh with the framework's own multi-node launcher "
                         "(docs/data-parallel.md)")
     p.add_argument("--ssh", default="", metavar="OPTIONS",
                    help="options for ssh with --hosts, one string (e.g. \"-F /run/ds2-hosts/ssh_config\")")
-    p.add_argument("--join-timeout", type=positive_int, default=None, metavar="S",
-                   help="with --hosts: seconds within which every host must start its processes (default 60)")
+    p.add_argument("--join-timeout", type=seconds, default=None, metavar="S",
+                   help="with --hosts: seconds within which every host must start its processes (default 60; at "
+                        "most a week)")
     p.add_argument("--print-host-commands", action="store_true",
                    help="with --hosts: print each host's command (for a Slurm or Kubernetes job) instead of running")
-    p.add_argument("--timeout", type=positive_int, default=None, help="seconds a notebook cell may run (default: no limit)")
+    p.add_argument("--timeout", type=seconds, default=None,
+                   help="seconds a notebook cell may run, at most %d (a week; default: no limit)" % validate.MAX_TIMEOUT_S)
     p.add_argument("--results-dir", default=os.path.join(ROOT, "results"),
-                   help="where records and executed notebooks go (default: results/)")
+                   help="where records and executed notebooks go (default: results/; never the repository root, and a folder "
+                        "of tracked files only when named)")
     p.add_argument("--output", default=None, help="the Markdown table (default: results.md, or <results-dir>/results.md "
                                                   "for another results dir)")
     p.add_argument("--python", type=env_python, action="append", default=[], metavar="ENV=PATH",
@@ -146,19 +104,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run ENV's rows in this interpreter as it is installed: no environment is made, pip is not "
                         "called (env DS2_USE_INSTALLED=pytorch=/usr/bin/python3,jax=/usr/bin/python3); a preflight "
                         "checks what the notebooks import and shows the versions beside the pins")
-    p.add_argument("--wheelhouse", default=None, metavar="DIR",
+    p.add_argument("--wheelhouse", type=non_empty("directory"), default=None, metavar="DIR",
                    help="make every environment from the wheels in DIR, with no package index (env DS2_WHEELHOUSE); "
                         "a wheel it lacks is named before anything is made")
-    p.add_argument("--prepare-wheelhouse", default=None, metavar="DIR",
+    p.add_argument("--prepare-wheelhouse", type=non_empty("directory"), default=None, metavar="DIR",
                    help="download into DIR every wheel the selected rows' environments and the runner need (for "
                         "--device, --wheelhouse-python and --wheelhouse-platform), print the total size, and exit")
-    p.add_argument("--wheelhouse-python", default=None, metavar="X.Y",
+    p.add_argument("--wheelhouse-python", type=non_empty("Python version"), default=None, metavar="X.Y",
                    help="with --prepare-wheelhouse: the Python version of the machine the wheels are for (default: "
                         "this one's; an environment that needs another, such as CNTK's 3.6, gets its own)")
-    p.add_argument("--wheelhouse-platform", action="append", default=[], metavar="TAG",
+    p.add_argument("--wheelhouse-platform", type=non_empty("platform tag"), action="append", default=[], metavar="TAG",
                    help="with --prepare-wheelhouse: a platform tag of that machine, repeatable (default: this "
                         "machine's), e.g. manylinux_2_28_x86_64")
-    p.add_argument("--cntk-python", default=None, metavar="PATH",
+    p.add_argument("--cntk-python", type=non_empty("interpreter"), default=None, metavar="PATH",
                    help="a CPython 3.6 (shared-library build) for the CNTK environment (default: DS2_CNTK_PYTHON, "
                         "else python3.6 on PATH, pyenv's or conda's; see python3 -m runner.cntk_python)")
     p.add_argument("--setup-only", action="store_true", help="create the environments and kernels, run nothing")
@@ -181,43 +139,10 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def unwritable_dir(path: str) -> Optional[str]:
-    """Why no file can be written in directory ``path`` (created if missing), or None -- tried, not guessed
-    from permission bits (root passes those everywhere, /proc included)."""
-    path = os.path.abspath(path)
-    existing = path
-    while not os.path.exists(existing):
-        existing = os.path.dirname(existing)
-    if not os.path.isdir(existing):
-        return ("is not a directory" if existing == path else "cannot be created: %s is not a directory" % existing)
-    try:
-        tempfile.TemporaryDirectory(prefix=".ds2-write-test-", dir=existing).cleanup()
-    except OSError as e:
-        if existing == path:
-            return "is not writable: %s" % (e.strerror or e)
-        return "cannot be created in %s: %s" % (existing, e.strerror or e)
-    return None
-
-
 def output_paths(args) -> tuple:
+    """The results directory and the results page, absolute (runner/validate.py output_default)."""
     results_dir = os.path.abspath(args.results_dir)
-    output = args.output or (os.path.join(ROOT, "results.md")
-                             if results_dir == os.path.join(ROOT, "results") else os.path.join(results_dir, "results.md"))
-    return results_dir, os.path.abspath(output)
-
-
-def path_errors(results_dir: str, output: str) -> List[str]:
-    errors = []
-    why = unwritable_dir(results_dir)
-    if why:
-        errors.append("--results-dir %s %s" % (results_dir, why))
-    if os.path.isdir(output):
-        errors.append("--output %s is a directory" % output)
-    else:
-        why = unwritable_dir(os.path.dirname(output))
-        if why and not errors:
-            errors.append("--output %s: its directory %s %s" % (output, os.path.dirname(output), why))
-    return errors
+    return results_dir, os.path.abspath(args.output or validate.output_default(results_dir))
 
 
 def python_error(env_name: str, path: str) -> Optional[str]:
@@ -315,9 +240,10 @@ def shown(path: str) -> str:
     return path if rel.startswith("..") else rel
 
 
-def error(message: str) -> int:
-    interrupt.stderr_line("run_all.py: error: %s" % message)
-    return 2
+def error(message: str, status: int = 2) -> int:
+    """One ``run_all.py: error:`` line on stderr; the exit status (2: bad input, refused before anything starts)."""
+    interrupt.stderr_line("run_all.py: error: %s" % message.replace("\n", " "))
+    return status
 
 
 def select_targets(frameworks: List[str], with_variants: bool = False) -> list:
@@ -345,30 +271,9 @@ def _main(argv=None) -> int:
     targets = select_targets(args.frameworks, args.variants)
     destinations = select_targets(args.migrate_to) if args.migrate_to else targets
     env_names = list(ENVS) if args.list else sorted(set(t.env for t in targets + destinations), key=list(ENVS).index)
-    # every path and interpreter is checked before anything is built
+    # every option, variable, path and interpreter is checked before anything is built (runner/validate.py)
     results_dir, output = output_paths(args)
-    errors = [] if args.list else path_errors(results_dir, output)
-    if args.mxnet_dp != "sync" and (args.workers < 2 or any(t.row_of_record != "mxnet" for t in targets)):
-        errors.append("--mxnet-dp %s is a data-parallel mode of MXNet: it needs --workers 2 or more and only MXNet "
-                      "targets (mxnet, mxnet+static)" % args.mxnet_dp)
-    args.host_list = None
-    if args.hosts:
-        from . import hosts as hosts_mod
-        try:
-            args.host_list = hosts_mod.parse_hostfile(args.hosts)
-        except hosts_mod.HostsError as e:
-            errors.append(str(e))
-        else:
-            errors.append(hosts_mod.check_workers(args.host_list, args.workers))
-        if args.migrate:
-            errors.append("--hosts trains data-parallel; --migrate trains nothing")
-    elif args.print_host_commands or args.join_timeout or args.ssh:
-        errors.append("--print-host-commands, --join-timeout and --ssh go with --hosts HOSTFILE")
-    try:
-        args.ssh_options = shlex.split(args.ssh)
-    except ValueError as e:
-        errors.append("--ssh %r: %s" % (args.ssh, e))
-    errors = [e for e in errors if e]
+    errors = validate.run_all_errors(args, targets)
     pythons, notes, python_errors, discovered = resolve_pythons(args, env_names)
     errors += python_errors
     installed, installed_errors = resolve_installed(args)
@@ -380,31 +285,6 @@ def _main(argv=None) -> int:
     else:
         for forced in args.gpu_build:
             gpu_builds.update(forced)
-    if not args.list and not args.check:
-        errors.append(control_precision_error(targets, args.precision))
-        if args.migrate and args.workers > 1:
-            errors.append("--migrate runs each destination notebook in one process; drop --workers %d" % args.workers)
-        if args.migrate and CONTROL_PRECISION in args.precision:
-            errors.append("--migrate --precision %s: the canonical format is float32, the control does not migrate"
-                          % CONTROL_PRECISION)
-        if args.migrate and args.profile:
-            errors.append("--migrate trains nothing, so there is no step to --profile")
-        if args.migrate and args.init_weights:
-            errors.append("--migrate loads each source's export itself; drop --init-weights")
-        if args.migrate_to and not args.migrate:
-            errors.append("--migrate-to names the destinations of --migrate; add --migrate")
-        errors = [e for e in errors if e]
-    if args.wheelhouse_python and not re.match(r"^3\.\d+$", args.wheelhouse_python):
-        errors.append("--wheelhouse-python %s: expected a version such as 3.12" % args.wheelhouse_python)
-    if (args.wheelhouse_python or args.wheelhouse_platform) and not args.prepare_wheelhouse:
-        errors.append("--wheelhouse-python and --wheelhouse-platform describe the machine of --prepare-wheelhouse DIR; "
-                      "add it")
-    args.wheelhouse = args.wheelhouse or os.environ.get("DS2_WHEELHOUSE") or None
-    if args.wheelhouse and not args.prepare_wheelhouse:
-        args.wheelhouse = os.path.abspath(args.wheelhouse)
-        if not os.path.isdir(args.wheelhouse):
-            errors.append("--wheelhouse %s: no such directory" % args.wheelhouse)
-    errors = [e for e in errors if e]
     if errors:
         return error(errors[0])
     if args.prepare_wheelhouse:          # for another machine: this one's GPU does not matter
@@ -430,17 +310,18 @@ def _main(argv=None) -> int:
             print(line)
         print("\n".join(preflight.report(TARGETS.values(), gpus if device == "cuda" else [], gpu_builds)))
         return 0
-    for line in notes:
-        print(line)
 
-    if args.preset is None:
+    preset_name_given = args.preset is not None
+    if not preset_name_given:
         args.preset = "deepmark" if device == "cuda" else "smoke"
-        print("No --preset given: %s (%s)." % (args.preset, "a CUDA GPU is visible" if device == "cuda"
-                                                 else "no CUDA GPU visible; use a GPU machine for the real benchmark, "
-                                                      "or for the full model on this CPU: --preset cpu"))
     presets = [get_preset(args.preset).with_overrides(batch_size=bs, scale=args.scale)
                for bs in (args.batch_size or [None])]
     preset = presets[0]
+    # the data must fit this machine's memory (each local worker process builds the global batch's iterator)
+    problem = validate.memory_error(presets, args.workers, 1 if args.host_list else args.workers,
+                                    args.batch_size is not None)
+    if problem:
+        return error(problem)
     if args.init_weights:                 # a bad file is one line now, not eight failed notebooks later
         from common.weights import WeightsError, load_state
         args.init_weights = os.path.abspath(args.init_weights)
@@ -448,6 +329,25 @@ def _main(argv=None) -> int:
             load_state(args.init_weights, preset.config)
         except WeightsError as e:
             return error("--init-weights: %s (preset %s)" % (e, preset.name))
+
+    def run_options(precision, run_preset, command="", facts=None):
+        return execute.RunOptions(run_preset, precision, args.seed, device, results_dir, timeout=args.timeout,
+                                  pythons=pythons, command=command, gpu=gpus[0] if gpus else None,
+                                  progress=not args.no_progress, found=discovered, gpu_builds=gpu_builds,
+                                  profile=args.profile, init_weights=args.init_weights, installed=installed,
+                                  installed_facts=facts or {}, wheelhouse=args.wheelhouse)
+
+    runs = [(t, prec, p) for t in targets for prec in args.precision for p in presets]
+    if not args.migrate and not args.setup_only:      # every row skipped for a reason known now: nothing starts
+        reason = validate.nothing_runs(runs, lambda t, prec, p: execute.can_run(t, run_options(prec, p))[1:])
+        if reason:
+            return error(reason, status=1)
+    for line in notes:
+        print(line)
+    if not preset_name_given:
+        print("No --preset given: %s (%s)." % (args.preset, "a CUDA GPU is visible" if device == "cuda"
+                                                 else "no CUDA GPU visible; use a GPU machine for the real benchmark, "
+                                                      "or for the full model on this CPU: --preset cpu"))
     if device == "cuda":
         print("\n".join(preflight.report([t for t in targets if t.env not in installed], gpus, gpu_builds)))
     try:
@@ -480,19 +380,14 @@ def _main(argv=None) -> int:
     if args.migrate:
         return _migrate(args, targets, destinations, presets, device, results_dir, output, pythons, command, gpus,
                         discovered, gpu_builds, installed, installed_facts)
-    runs = [(t, prec, p) for t in targets for prec in args.precision for p in presets]
     print("Running %d notebook(s) on %s, preset %s (batch size %s, scale %d)%s, results in %s"
           % (len(runs), device, preset.name, ",".join(str(p.batch_size) for p in presets), preset.scale,
              ", profiling one step" if args.profile else "", shown(results_dir)))
-    statuses = []
+    records, printed = [], 0
     stopped = None
     for i, (target, precision, run_preset) in enumerate(runs, 1):
         print("[%d/%d] %s, %s, batch %d" % (i, len(runs), target.name, precision, run_preset.batch_size), flush=True)
-        opts = execute.RunOptions(run_preset, precision, args.seed, device, results_dir, timeout=args.timeout,
-                                  pythons=pythons, command=command, gpu=gpus[0] if gpus else None,
-                                  progress=not args.no_progress, found=discovered, gpu_builds=gpu_builds,
-                                  profile=args.profile, init_weights=args.init_weights, installed=installed,
-                                  installed_facts=installed_facts, wheelhouse=args.wheelhouse)
+        opts = run_options(precision, run_preset, command, installed_facts)
         try:
             if args.workers > 1:
                 from . import distributed
@@ -500,27 +395,44 @@ def _main(argv=None) -> int:
                                              ssh_options=args.ssh_options, join_timeout=args.join_timeout,
                                              print_host_commands=args.print_host_commands)
                 if rec is None:                 # --print-host-commands: printed, nothing ran
+                    printed += 1
                     continue
-                statuses.append(rec["status"])
+                records.append(rec)
             else:
-                statuses.append(execute.run_target(target, opts)["status"])
+                records.append(execute.run_target(target, opts))
         except interrupt.Interrupted as e:
             stopped = (e, "%s %s batch %d" % (target.name, precision, run_preset.batch_size))
             break
-    if args.print_host_commands:
-        return 0 if "failed" not in statuses else 1
+    statuses = [r["status"] for r in records]
+    if args.print_host_commands:        # what was printed counts as run; a row that could not be is skipped or failed
+        return (1 if "failed" in statuses else 0) if printed else _exit_status(records)
     if stopped is None:
         with interrupt.deferred():      # results.md is written whole; a signal now stops the run after it
-            report.write(results_dir, output, command, execute.git_commit())
+            report.write(results_dir, output, command, execute.git_commit(), warn=warning_line)
     else:                               # a second signal now exits at once (runner.interrupt)
-        report.write(results_dir, output, command, execute.git_commit())
+        report.write(results_dir, output, command, execute.git_commit(), warn=warning_line)
         e, where = stopped
         interrupt.stderr_line("run_all.py: %s during %s: recorded as failed; %s regenerated from the records in %s"
                               % (e.reason, where, shown(output), shown(results_dir)))
         return e.exit_status
     print("Wrote %s: %d ok, %d failed, %d skipped." % (shown(output), statuses.count("ok"),
                                                      statuses.count("failed"), statuses.count("skipped")))
-    return 0 if "failed" not in statuses else 1
+    return _exit_status(records)
+
+
+def warning_line(message: str) -> None:
+    """One ``run_all.py: warning:`` line on stderr (an unreadable record the report leaves out)."""
+    interrupt.stderr_line("run_all.py: warning: %s" % message)
+
+
+def _exit_status(records: List[dict]) -> int:
+    """0 when a selected row ran and none failed; 1 when one failed or none ran (every one skipped or failed),
+    with a line saying so."""
+    reason = validate.none_ran(records)
+    if reason:
+        interrupt.stderr_line("run_all.py: %s" % reason)
+        return 1
+    return 1 if any(r["status"] == "failed" for r in records) else 0
 
 
 def _prepare_wheelhouse(args, env_names, gpu_builds) -> int:
@@ -564,7 +476,7 @@ def _migrate(args, targets, destinations, presets, device, results_dir, output, 
           % (len(targets), "each other" if destinations == targets else ", ".join(t.name for t in destinations),
              device, presets[0].name, ",".join(str(p.batch_size) for p in presets),
              shown(os.path.join(results_dir, "weights"))), flush=True)
-    statuses = []
+    records = []
     stopped = None
     for precision in args.precision:
         for run_preset in presets:
@@ -574,7 +486,7 @@ def _migrate(args, targets, destinations, presets, device, results_dir, output, 
                                       installed=installed, installed_facts=installed_facts,
                                       wheelhouse=args.wheelhouse)
             try:
-                statuses += [r["status"] for r in migrate.run_matrix(targets, opts, destinations=destinations)]
+                records += migrate.run_matrix(targets, opts, destinations=destinations)
             except interrupt.Interrupted as e:
                 stopped = (e, "the migration matrix (%s, batch %d)" % (precision, run_preset.batch_size))
                 break
@@ -582,14 +494,15 @@ def _migrate(args, targets, destinations, presets, device, results_dir, output, 
             break
     if stopped is None:
         with interrupt.deferred():      # results.md is written whole
-            report.write(results_dir, output, command, execute.git_commit())
+            report.write(results_dir, output, command, execute.git_commit(), warn=warning_line)
     else:                               # a second signal now exits at once (runner.interrupt)
-        report.write(results_dir, output, command, execute.git_commit())
+        report.write(results_dir, output, command, execute.git_commit(), warn=warning_line)
         e, where = stopped
         interrupt.stderr_line("run_all.py: %s during %s: recorded as failed; %s regenerated" % (e.reason, where,
                                                                                                  shown(output)))
         return e.exit_status
+    statuses = [r["status"] for r in records]
     print("Wrote %s: %d migrations ok, %d failed, %d skipped (records in %s)."
           % (shown(output), statuses.count("ok"), statuses.count("failed"), statuses.count("skipped"),
              shown(migrate.migration_dir(results_dir))))
-    return 0 if "failed" not in statuses else 1
+    return _exit_status(records)

@@ -29,7 +29,7 @@ from common import results
 from common.profile import CATEGORIES
 from common.results import atomic_write_text
 
-from . import distributed
+from . import distributed, validate
 from .bootstrap import ROOT
 from .report_checks import (CONTROL_COLUMN, ONNX_NOTE, _load_export, _max_rel, _target_order,  # noqa: F401
                             agreement_rows, control_deviation, control_for, control_section, convention_rows,
@@ -147,10 +147,30 @@ def _agreement_lines(records, controls, image) -> List[str]:
     ]
 
 
-def render(results_dir: str, command: str, commit: Optional[str], output: str) -> str:
-    """results.md's text; writes the plots next to the records (``<results_dir>/plots``)."""
+def _warn(message: str) -> None:
+    print("warning: %s" % message, file=sys.stderr, flush=True)
+
+
+def unreadable_lines(unreadable, records_dir: str, output: str) -> List[str]:
+    """The files of the records directory that are not readable records: each with why (no table has them)."""
+    if not unreadable:
+        return []
+    rel = lambda p: os.path.relpath(p, os.path.dirname(os.path.abspath(output)))  # noqa: E731
+    return ["## Unreadable records", "",
+            "These files in `%s` are not records this page can read, so every table leaves them out; running the "
+            "row again rewrites its record." % rel(records_dir), ""] + [
+        "- `%s`: %s" % (rel(path), why.replace("`", "'")) for path, why in unreadable] + [""]
+
+
+def render(results_dir: str, command: str, commit: Optional[str], output: str, warn=None) -> str:
+    """results.md's text; writes the plots next to the records (``<results_dir>/plots``).  A file of the records
+    directory that is not a readable record is one ``warn`` line (default: stderr) and listed on the page."""
     records_dir = _records_dir(results_dir)
-    all_records = results.read_records(records_dir) if os.path.isdir(records_dir) else []
+    all_records, unreadable = results.scan_records(records_dir) if os.path.isdir(records_dir) else ([], [])
+    for path, why in unreadable:
+        rel = os.path.relpath(path)
+        (warn or _warn)("%s is not a readable record (%s): %s leaves it out and lists it as unreadable"
+                        % (path if rel.startswith("..") else rel, why, os.path.basename(output)))
     controls = [r for r in all_records if is_control(r)]        # the float64 control: no row anywhere
     records = [r for r in all_records if not is_control(r)]
     plots_dir = os.path.join(results_dir, "plots")
@@ -166,7 +186,8 @@ def render(results_dir: str, command: str, commit: Optional[str], output: str) -
         "machine(s) (the last section lists them); never edited by hand." % (
             command, commit or "unknown", results.utc_now()[:10], len(all_records), rel(records_dir),
             len(provenance), len(set(p["Machine"] for p in provenance))))
-    lines = _top_lines(records, all_records, output, image, header) + _speed_lines(records, image) \
+    lines = _top_lines(records, all_records, output, image, header) \
+        + unreadable_lines(unreadable, records_dir, output) + _speed_lines(records, image) \
         + _agreement_lines(records, controls, image) \
         + migration_section(results_dir, records, records_dir, controls) + onnx_section(records, results_dir, output) \
         + distributed.report_section(records, md_table) + [
@@ -180,23 +201,31 @@ def render(results_dir: str, command: str, commit: Optional[str], output: str) -
     return "\n".join(lines)
 
 
-def write(results_dir: str, output: str, command: str, commit: Optional[str]) -> str:
-    atomic_write_text(output, render(results_dir, command, commit, output))
+def write(results_dir: str, output: str, command: str, commit: Optional[str], warn=None) -> str:
+    """Render the page, then put it in place atomically (a temporary file renamed over ``output``): a crash
+    while rendering, or a signal, leaves the previous page whole."""
+    atomic_write_text(output, render(results_dir, command, commit, output, warn=warn))
     return output
+
+
+PROG = "python -m runner.report"
 
 
 def main(argv=None) -> int:
     """``python -m runner.report [--results-dir DIR] [--output FILE]``: results.md again from the records."""
-    import argparse
     from .execute import git_commit
-    p = argparse.ArgumentParser(prog="python -m runner.report", description=main.__doc__)
-    p.add_argument("--results-dir", default=os.path.join(ROOT, "results"))
+    p = validate.OneLineParser(prog=PROG, description=main.__doc__)
+    p.add_argument("--results-dir", default=os.path.join(ROOT, "results"),
+                   help="an existing results directory with records (default: results/)")
     p.add_argument("--output", default=None, help="default: results.md, or <results-dir>/results.md")
     args = p.parse_args(argv)
+    problem = validate.report_error(args.results_dir, args.output)
+    if problem:
+        return validate.refuse(PROG, problem)
     results_dir = os.path.abspath(args.results_dir)
-    output = args.output or (os.path.join(ROOT, "results.md") if results_dir == os.path.join(ROOT, "results")
-                             else os.path.join(results_dir, "results.md"))
-    write(results_dir, output, "python -m runner.report", git_commit())
+    output = os.path.abspath(args.output or validate.output_default(results_dir))
+    write(results_dir, output, PROG, git_commit(),
+          warn=lambda message: print("%s: warning: %s" % (PROG, message), file=sys.stderr, flush=True))
     print("Wrote %s" % output)
     return 0
 

@@ -140,7 +140,7 @@ def experiment_onnx_lines(results_dir: str, output: str) -> List[str]:
     lines = []
     for name in sorted(os.listdir(base)) if os.path.isdir(base) else []:
         d = os.path.join(base, name, "records")
-        recs = [r for r in (results.read_records(d) if os.path.isdir(d) else []) if r.get("onnx")]
+        recs = [r for r in (results.scan_records(d)[0] if os.path.isdir(d) else []) if r.get("onnx")]
         if not recs:
             continue
         ok = [r["onnx"] for r in recs if r["onnx"].get("status") == "ok"]

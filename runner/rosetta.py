@@ -14,7 +14,6 @@ collects each step from every notebook and writes
 Each framework's cells tagged ``translation`` (model, CTC loss, one training step) are also written as one
 standalone file per row, ``docs/translations/ds2_<row>.py`` (runner/translation.py); both pages link to them.
 """
-import argparse
 import html
 import json
 import os
@@ -27,6 +26,7 @@ from common.results import atomic_write_text
 from . import translation
 from .bootstrap import ROOT
 from .targets import TARGETS
+from .validate import OneLineParser, refuse
 
 #: the steps, in notebook order: (tag, title, what a reader compares there)
 STEPS = [
@@ -306,13 +306,20 @@ def stale() -> List[str]:
     return out
 
 
+PROG = "python -m runner.rosetta"
+
+
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m runner.rosetta", description="Generate ROSETTA.md and docs/rosetta.html.")
+    """Exit status: 0 written (or current), 1 --check found a page out of date, 2 bad input (one line)."""
+    p = OneLineParser(prog=PROG, description="Generate ROSETTA.md and docs/rosetta.html.")
     p.add_argument("--check", action="store_true", help="exit 1 if the pages or translations are not current")
     p.add_argument("--extract", metavar="ROW", choices=translation.rows() + ["all"],
                    help="write docs/translations/ds2_ROW.py only: the notebook's cells tagged 'translation' as one "
                         "standalone file (rows: %s; or all)" % ", ".join(translation.rows()))
     args = p.parse_args(argv)
+    if args.check and args.extract:
+        return refuse(PROG, "--check and --extract %s: --check compares every page and translation, --extract writes "
+                            "one; give one" % args.extract)
     if args.extract:
         for row in translation.rows() if args.extract == "all" else [args.extract]:
             print("wrote %s" % os.path.relpath(extract(row), ROOT))

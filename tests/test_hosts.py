@@ -86,6 +86,22 @@ def test_host_options_without_hosts_or_with_the_wrong_worker_count_are_one_line(
     assert out.returncode == 2 and "slots add up to 4" in out.output and len(out.output.strip().splitlines()) == 1
 
 
+def test_uneven_slots_are_refused_up_front_for_torchrun_rows_only(tmp_path):
+    """torchrun starts the same number of processes on every host: a hostfile with node1:2, node2:1 is one line
+    before anything for PyTorch (and Keras on PyTorch), and fine for the launchers that start one process per slot."""
+    from runner import validate
+    from runner.targets import ALL_TARGETS
+    path = tmp_path / "hosts"
+    path.write_text("node1:2\nnode2:1\n")
+    uneven = hosts.parse_hostfile(str(path))
+    for target in ("pytorch", "keras-torch"):
+        line = validate.hosts_error(uneven, 3, validate._launchers([ALL_TARGETS[target]], "sync"), str(path))
+        assert "node1:2, node2:1: torchrun, the launcher of %s" % target in line and "\n" not in line
+    for target in ("jax", "tensorflow", "cntk"):
+        assert validate.hosts_error(uneven, 3, validate._launchers([ALL_TARGETS[target]], "sync"), str(path)) is None
+    assert "slots add up to 3" in validate.hosts_error(uneven, 2, {}, str(path))
+
+
 def test_print_host_commands_prints_each_hosts_lines_and_runs_nothing(tmp_path):
     (tmp_path / "hosts").write_text("node0\nnode1\n")
     out = run_all(["--preset", "smoke", "--device", "cpu", "--frameworks", "jax", "--workers", "2", "--batch-size",

@@ -388,3 +388,49 @@ def test_onnx_table_has_only_records_with_an_onnx_section(tmp_path):
     assert len(rows) == 1 and rows[0].startswith("| pytorch fp32 | cpu | 8 |"), rows
     assert "5 older records have no ONNX section" in onnx
     assert "issue #" not in md
+
+
+# ---- a corrupt record, a crash while rendering ---------------------------------------------------------------
+def test_a_corrupt_record_is_one_warning_line_and_the_page_is_still_written(records_dir, tmp_path):
+    """Invalid JSON, a truncated file and a record without ``status``: one warning line each, naming the file; the
+    page is made from the good records and lists the bad ones as unreadable; the exit status is 0."""
+    import json
+    import subprocess
+    import sys
+    from tests.conftest import ROOT
+    d = records_dir / "records"
+    (d / "bad.json").write_text("{not json\n")
+    (d / "cut.json").write_text(open(str(d / "jax.json")).read()[:100])
+    rec = json.load(open(str(d / "pytorch.json")))
+    del rec["status"]
+    (d / "nostatus.json").write_text(json.dumps(rec))
+    out = tmp_path / "page.md"
+    proc = subprocess.run([sys.executable, "-m", "runner.report", "--results-dir", str(records_dir), "--output",
+                           str(out)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 3 and all(l.startswith("python -m runner.report: warning: ") for l in lines), lines
+    for name, why in (("bad.json", "Expecting property name"), ("cut.json", ""), ("nostatus.json", "no 'status'")):
+        line = [l for l in lines if name in l]
+        assert len(line) == 1 and why in line[0] and "page.md leaves it out" in line[0], lines
+    md = out.read_text()
+    table = md.split("## Table of record")[1].split("\n## ")[0]
+    assert len([l for l in table.splitlines() if l.startswith("| ") and not l.startswith("| Framework")]) == 5
+    unreadable = md.split("## Unreadable records")[1].split("\n## ")[0]
+    for name in ("bad.json", "cut.json", "nostatus.json"):
+        assert "`results/records/%s`" % name in unreadable
+    assert "from 5 result record(s)" in md
+
+
+def test_a_crash_while_rendering_leaves_the_old_page_whole(records_dir, tmp_path, monkeypatch):
+    out = tmp_path / "results.md"
+    report.write(str(records_dir), str(out), "the first command", None)
+    old = out.read_text()
+
+    def boom(records):
+        raise RuntimeError("rendering failed")
+    monkeypatch.setattr(report, "environment_rows", boom)
+    with pytest.raises(RuntimeError):
+        report.write(str(records_dir), str(out), "the second command", None)
+    assert out.read_text() == old
+    assert not [p for p in tmp_path.iterdir() if "partial" in p.name]

@@ -169,7 +169,9 @@ def test_batch_size_list_parsing():
     from runner.cli import build_parser
     parse = build_parser().parse_args
     assert parse(["--batch-size", "8,32"]).batch_size == [8, 32]
-    assert parse(["--batch-size", " 32 , 8,32"]).batch_size == [32, 8]       # order kept, duplicates dropped
+    assert parse(["--batch-size", " 32 , 8"]).batch_size == [32, 8]           # order kept
+    with pytest.raises(SystemExit):                                          # a size named twice is refused
+        parse(["--batch-size", "32,8,32"])
     assert parse(["--batch-size", "16"]).batch_size == [16]
     assert parse([]).batch_size is None and parse([]).profile is False
     assert parse(["--profile"]).profile is True
@@ -268,24 +270,69 @@ def test_broken_environment_is_a_failed_row_and_others_still_run(broken_run):
 
 
 def test_out_of_memory_is_a_failed_row(tmp_path):
-    run = run_all(["--preset", "smoke", "--frameworks", "pytorch", "--batch-size", "100000000"], tmp_path)
-    rec = run.record("pytorch")
+    """A notebook that runs out of memory is a failed row with the reason.  run_all.py refuses a batch size whose
+    data alone would not fit (tests/test_bad_input.py), so the row is run as run_all.py runs it, past that check."""
+    from common.spec import get_preset
+    from runner import execute
+    from runner.targets import TARGETS
+    opts = execute.RunOptions(get_preset("smoke").with_overrides(batch_size=100000000), "fp32", 0, "cpu",
+                              str(tmp_path), progress=False)
+    rec = execute.run_target(TARGETS["pytorch"], opts, announce=lambda *a: None)
     assert rec["status"] == "failed" and rec["error"].startswith("MemoryError: Unable to allocate")
     assert rec["batch_size"] == 100000000
     assert not [n for n in os.listdir(os.path.join(str(tmp_path), "records")) if n.endswith(".partial")]
 
 
 def test_precision_a_cpu_does_not_run_is_skipped_with_its_reason(tmp_path):
-    """tf32 is a GPU tensor-core format; CNTK computes in fp32 only (bf16 runs on a CPU elsewhere)."""
-    run = run_all(["--preset", "smoke", "--frameworks", "pytorch,cntk", "--precision", "tf32", "--device", "cpu"],
-                  tmp_path)
+    """tf32 is a GPU tensor-core format; CNTK computes in fp32 only (bf16 runs on a CPU elsewhere).  A row run
+    with it is skipped with the reason; a run whose every row would be is stopped before anything starts: exit
+    status 1, one line with each reason, nothing written."""
+    from common.spec import get_preset
+    from runner import execute
+    from runner.targets import TARGETS
     for target in ("pytorch", "cntk"):
-        rec = run.record(target, "tf32")
+        opts = execute.RunOptions(get_preset("smoke"), "tf32", 0, "cpu", str(tmp_path / "rows"), progress=False)
+        rec = execute.run_target(TARGETS[target], opts, announce=lambda *a: None)
         assert rec["status"] == "skipped" and "TF32 is a format of its tensor cores, a CPU has none" in rec["error"]
-    run = run_all(["--preset", "smoke", "--frameworks", "cntk", "--precision", "bf16", "--device", "cpu"], tmp_path)
-    rec = run.record("cntk", "bf16")
+    opts = execute.RunOptions(get_preset("smoke"), "bf16", 0, "cpu", str(tmp_path / "rows"), progress=False)
+    rec = execute.run_target(TARGETS["cntk"], opts, announce=lambda *a: None)
     assert rec["status"] == "skipped" and "CNTK 2.7 computes in fp32 only" in rec["error"]
-    assert run.returncode == 0
+    for args, reasons in ((["--frameworks", "pytorch,cntk", "--precision", "tf32"],
+                           ["pytorch tf32: precision tf32 needs", "cntk tf32: precision tf32 needs", "a CPU has none"]),
+                          (["--frameworks", "cntk", "--precision", "bf16"], ["cntk bf16: precision bf16: CNTK 2.7 computes in fp32"])):
+        proc = cli(*(args + ["--preset", "smoke", "--device", "cpu", "--results-dir", str(tmp_path / "run")]))
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 1 and len(lines) == 1, (proc.returncode, proc.stderr)
+        assert lines[0].startswith("run_all.py: error: no selected row can run on this machine, nothing was started")
+        assert all(r in lines[0] for r in reasons), lines[0]
+        assert not os.path.exists(str(tmp_path / "run")) and proc.stdout == "", proc.stdout
+
+
+# ---- the exit status: 0 a row ran and none failed, 1 a row failed or none ran, 2 bad input ---------------------
+@pytest.mark.parametrize("outcomes, status, line", [
+    (["ok", "skipped"], 0, None),
+    (["ok", "failed"], 1, None),
+    (["skipped", "skipped"], 1, "no selected row ran (2 skipped); pytorch fp32: why pytorch"),
+    (["failed", "skipped"], 1, "no selected row ran (1 failed, 1 skipped); pytorch fp32: why pytorch"),
+    (["failed", "failed"], 1, "no selected row ran (2 failed); pytorch fp32: why pytorch"),
+])
+def test_exit_status_says_whether_a_row_ran(monkeypatch, tmp_path, capsys, outcomes, status, line):
+    from runner import cli, execute, report
+    written = []
+    rows = iter(outcomes)
+
+    def fake_run(target, opts, announce=print):
+        got = next(rows)
+        return {"status": got, "target": target.name, "precision": opts.precision,
+                "error": None if got == "ok" else "why %s" % target.name}
+    monkeypatch.setattr(execute, "run_target", fake_run)
+    monkeypatch.setattr(report, "write", lambda *a, **k: written.append(a))
+    monkeypatch.setattr(cli.envinfo, "gpus", lambda: [])
+    got = cli.main(["--results-dir", str(tmp_path), "--no-progress", "--frameworks", "pytorch,jax", "--preset",
+                    "smoke"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert got == status and len(written) == 1                        # results.md says why, from the records
+    assert err == (["run_all.py: %s" % line] if line else []), err
 
 
 def test_bf16_on_a_cpu_is_not_skipped(tmp_path, monkeypatch):

@@ -17,7 +17,6 @@ To see what a user gets from the public registry rather than a local wheel store
 ``PIP_CONFIG_FILE=/dev/null`` and without ``PIP_FIND_LINKS``.  Exit status: 0 when every environment
 built and nothing but the driver is missing, 1 otherwise.  Standard library only.
 """
-import argparse
 import fnmatch
 import json
 import os
@@ -32,6 +31,7 @@ sys.path.insert(0, ROOT)
 
 from runner import preflight, targets  # noqa: E402
 from runner.bootstrap import EnvError, create_venv, env_python, file_digest, read_stamp  # noqa: E402
+from runner.validate import OneLineParser, non_empty  # noqa: E402
 
 #: libraries the NVIDIA driver installs (never in a wheel): missing on a machine without the driver
 DRIVER_LIBRARIES = ("libcuda.so*", "libnvidia-*.so*", "libcudadebugger.so*", "libnvcuvid.so*", "libnvoptix.so*")
@@ -172,14 +172,18 @@ def check(env, build, dest: str, python: str, no_build: bool, log) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--dest", default=os.path.expanduser("~/ds2-gpu-envs"), help="where the environments go")
+    p = OneLineParser(prog="tools/check_gpu_envs.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--dest", type=non_empty("directory"), default=os.path.expanduser("~/ds2-gpu-envs"),
+                   help="where the environments go")
     p.add_argument("--only", default="", help="comma-separated ENV or ENV/BUILD (default: every GPU build)")
     p.add_argument("--python", action="append", default=[], metavar="ENV=PATH",
                    help="interpreter to build ENV from (cntk needs a shared-library CPython 3.6)")
     p.add_argument("--no-build", action="store_true", help="only check environments already built in --dest")
-    p.add_argument("--json", default=None, help="also write the results as JSON to this file")
+    p.add_argument("--json", type=non_empty("file"), default=None, help="also write the results as JSON to this file")
     args = p.parse_args(argv)
+    bad = [item for item in args.python if not all(item.partition("=")[::2]) or "=" not in item]
+    if bad:
+        p.error("--python %r: expected ENV=PATH" % bad[0])
     pythons = dict(item.split("=", 1) for item in args.python)
     only = [o.strip() for o in args.only.split(",") if o.strip()]
     dest = os.path.abspath(args.dest)

@@ -18,10 +18,12 @@
 # there (torch: pytorch, jax: jax, tensorflow: tensorflow), with the runner in the same interpreter
 # (DS2_RUNNER=current).  Without the venv module it installs into .venvs/installed-site (PYTHONPATH) instead.
 set -euo pipefail
-if [ $# -lt 2 ]; then
-    echo "usage: tools/installed_offline.sh WHEELHOUSE PYTHON [run_all.py options]" >&2
-    exit 2
-fi
+die() { echo "installed_offline.sh: error: $*" >&2; exit 2; }     # bad input: one line, exit status 2
+[ $# -ge 2 ] || die "usage: tools/installed_offline.sh WHEELHOUSE PYTHON [run_all.py options]"
+[ -n "$1" ] || die "WHEELHOUSE '' is empty: an empty path is not 'here'; name the wheel directory"
+[ -d "$1" ] || die "WHEELHOUSE $1: no such directory"
+[ -n "$2" ] || die "PYTHON '' is empty; name the interpreter whose frameworks are installed"
+[ -x "$2" ] || command -v "$2" >/dev/null || die "PYTHON $2: no such executable"
 wheelhouse=$(cd "$1" && pwd)
 python=$2
 shift 2

@@ -15,12 +15,37 @@
 # Then:  python run_all.py --preset smoke --frameworks pytorch,jax --workers 2 \
 #            --hosts /run/ds2-hosts/hostfile --ssh "-F /run/ds2-hosts/ssh_config"
 # Needs root, iproute2 and OpenSSH's server (Debian: apt-get install openssh-server).
+# Exit status: 0 done; 2 bad input (one line naming the argument, before anything is made or removed).
 set -euo pipefail
-DIR=${DS2_SIM_DIR:-/run/ds2-hosts}
 BRIDGE=ds2br0
 PREFIX=10.77.0
+MAX_HOSTS=50    # 10.77.0.1..50 on one /24 bridge, each host an sshd and a namespace: well past any test's need
 
-die() { echo "simulate_hosts.sh: $*" >&2; exit 2; }
+die() { echo "simulate_hosts.sh: error: $*" >&2; exit 2; }
+
+# ---- the arguments and DS2_SIM_DIR, checked before anything is made or removed -----------------------------------
+usage="simulate_hosts.sh up N | down | status"
+[ $# -ge 1 ] || die "no command; usage: $usage"
+case "$1" in
+    up)
+        [ $# -ge 2 ] || die "up N: N, the number of hosts, is missing; give 1 to $MAX_HOSTS"
+        [ $# -eq 2 ] || die "up N takes one argument, got $(($# - 1)): '${*:2}'"
+        # digits only, no leading zero (bash would read 08 as octal), at most 2 digits (no overflow): then compare
+        [[ "$2" =~ ^[1-9][0-9]?$ ]] && [ "$2" -le "$MAX_HOSTS" ] \
+            || die "up N: N is a number of hosts, 1 to $MAX_HOSTS, written without leading zeros; got '$2'";;
+    down|status)
+        [ $# -eq 1 ] || die "$1 takes no argument, got '${*:2}'";;
+    *) die "unknown command '$1'; usage: $usage";;
+esac
+if [ -n "${DS2_SIM_DIR+set}" ]; then   # `down` removes this directory: it must be one `up` made, or new
+    [ -n "$DS2_SIM_DIR" ] || die "DS2_SIM_DIR is set but empty; unset it (default /run/ds2-hosts) or name a directory"
+    [[ "$DS2_SIM_DIR" == /* ]] || die "DS2_SIM_DIR=$DS2_SIM_DIR: expected an absolute path (default /run/ds2-hosts)"
+fi
+DIR=${DS2_SIM_DIR:-/run/ds2-hosts}
+if [ -e "$DIR" ] && ! { [ -d "$DIR" ] && { [ -e "$DIR/.ds2-simulated-hosts" ] || [ -e "$DIR/hostfile" ] \
+        || [ -z "$(ls -A "$DIR")" ]; }; }; then
+    die "DS2_SIM_DIR=$DIR exists and is not a directory this script made (no .ds2-simulated-hosts in it): it is kept; name a new one"
+fi
 need_root() {
     [ "$(id -u)" = 0 ] || die "needs root (network namespaces and an sshd per host): run it with sudo"
     command -v ip >/dev/null || die "ip (iproute2) not found"
@@ -42,13 +67,13 @@ down() {
 
 up() {
     local n=$1
-    [[ "$n" =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le 50 ] || die "up N: N is a number of hosts, 1 to 50"
     need_root
     local sshd; sshd=$(command -v sshd || echo /usr/sbin/sshd)
     [ -x "$sshd" ] || die "sshd not found (Debian/Ubuntu: apt-get install openssh-server)"
     down
     mkdir -p "$DIR" /run/sshd
     chmod 700 "$DIR"
+    : > "$DIR/.ds2-simulated-hosts"       # what `down` and the next `up` recognise as this script's
     ssh-keygen -q -t ed25519 -N "" -f "$DIR/id_ed25519" -C ds2-simulated-hosts
     ssh-keygen -q -t ed25519 -N "" -f "$DIR/host_ed25519"
     cp "$DIR/id_ed25519.pub" "$DIR/authorized_keys"
@@ -99,10 +124,9 @@ EOF
     echo "hostfile: $DIR/hostfile; ssh options: --ssh \"-F $DIR/ssh_config\""
 }
 
-case "${1:-}" in
-    up) up "${2:-}";;
+case "$1" in
+    up) up "$2";;
     down) down; echo "simulated hosts removed";;
     status) for ns in $(hosts); do echo "$ns: $(ip -n "$ns" -4 -o addr show dev eth0 | awk '{print $4}'), \
 $(ip netns pids "$ns" | wc -l) process(es)"; done;;
-    *) die "usage: simulate_hosts.sh up N | down | status";;
 esac

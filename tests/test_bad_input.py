@@ -1,0 +1,312 @@
+"""Every bad input is refused before work starts (runner/validate.py, docs/running.md): each case below runs
+its command as a careless user would and gets exit status 2, exactly one stderr line that starts with the
+command's ``PROG: error:`` and names the option or variable, nothing on stdout, nothing written (the scratch
+directory the command runs in is unchanged; run from the repository root, ``git status --porcelain`` is too),
+and no process left behind (every process the command starts carries a marker variable; none may outlive it).
+
+The commands run with this interpreter (the runner's: run_all.py does not re-execute itself), so each takes
+well under a second.  The cases that run from the repository root carry ``--device cpu --precision tf32`` as
+a safety net: were the path check ever lost, that run would still stop before anything starts (every row
+skipped, exit status 1) rather than write into the checkout."""
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from runner import validate
+from runner.supervise import marked_processes
+from tests.conftest import ROOT
+
+PY = sys.executable
+RUN_ALL = [PY, os.path.join(ROOT, "run_all.py")]
+REPORT = [PY, "-m", "runner.report"]
+ROSETTA = [PY, "-m", "runner.rosetta"]
+SIM = ["bash", os.path.join(ROOT, "tools", "simulate_hosts.sh")]
+OFFLINE = ["bash", os.path.join(ROOT, "tools", "installed_offline.sh")]
+GPU_ENVS = [PY, os.path.join(ROOT, "tools", "check_gpu_envs.py")]
+PROGS = {id(RUN_ALL): "run_all.py", id(REPORT): "python -m runner.report", id(ROSETTA): "python -m runner.rosetta",
+         id(SIM): "simulate_hosts.sh", id(OFFLINE): "installed_offline.sh", id(GPU_ENVS): "tools/check_gpu_envs.py"}
+MARKER = "DS2_BAD_INPUT_TAG"
+#: far above the half second a refusal takes on a loaded 2-core machine, far below what starting a notebook takes
+SECONDS = 10
+SAFE = ["--device", "cpu", "--precision", "tf32"]     # from the root: stops before anything even without the check
+RES = ["--results-dir", "{tmp}/res"]
+
+
+def case(name, command, args, words, env=None, cwd="tmp"):
+    """``command`` + ``args`` ({tmp}: the scratch directory) refused with a line holding every one of ``words``;
+    ``env``: variables to set (None: unset); ``cwd``: "tmp", "root" (git status checked too) or a folder of it."""
+    return pytest.param(command, args, words, env or {}, cwd, id=name)
+
+
+CASES = [
+    # ---- an empty value is not "here" ----------------------------------------------------------------------
+    case("results-dir-empty-from-root", RUN_ALL, ["--frameworks", "pytorch", "--results-dir", ""] + SAFE,
+         ["--results-dir ''", "is empty"], cwd="root"),
+    case("results-dir-dot-from-root", RUN_ALL, ["--frameworks", "pytorch", "--results-dir", "."] + SAFE,
+         ["--results-dir '.'", "repository root"], cwd="root"),
+    case("results-dir-dot-in-docs", RUN_ALL, ["--frameworks", "pytorch", "--results-dir", "."] + SAFE,
+         ["--results-dir '.'", "tracked files", os.path.join(ROOT, "docs")], cwd="docs"),
+    case("results-dir-is-the-root-by-name", RUN_ALL, ["--frameworks", "pytorch", "--results-dir", ROOT] + SAFE,
+         ["--results-dir", "repository root"], cwd="root"),
+    case("results-dir-filesystem-root", RUN_ALL, ["--frameworks", "pytorch", "--results-dir", "/"] + SAFE,
+         ["--results-dir '/'", "filesystem root"]),
+    case("output-empty", RUN_ALL, ["--frameworks", "pytorch", "--output", ""] + RES, ["--output ''", "is empty"]),
+    case("output-a-tracked-file", RUN_ALL, ["--frameworks", "pytorch", "--output", os.path.join(ROOT, "README.md")]
+         + RES, ["--output", "README.md", "not a results page"]),
+    case("output-not-a-regular-file", RUN_ALL, ["--frameworks", "pytorch", "--output", "/dev/null"] + RES,
+         ["--output /dev/null", "not a regular file"]),
+    case("output-a-directory", RUN_ALL, ["--frameworks", "pytorch", "--output", "{tmp}"] + RES,
+         ["--output", "is a directory"]),
+    case("hosts-empty-with-workers", RUN_ALL, ["--frameworks", "pytorch", "--hosts", "", "--workers", "2"] + RES,
+         ["argument --hosts", "is empty"]),
+    case("init-weights-empty", RUN_ALL, ["--frameworks", "pytorch", "--init-weights", ""] + RES,
+         ["argument --init-weights", "is empty"]),
+    case("wheelhouse-empty", RUN_ALL, ["--frameworks", "pytorch", "--wheelhouse", ""] + RES,
+         ["argument --wheelhouse", "is empty"]),
+    case("cntk-python-empty", RUN_ALL, ["--frameworks", "pytorch", "--cntk-python", ""] + RES,
+         ["argument --cntk-python", "is empty"]),
+    case("wheelhouse-platform-empty", RUN_ALL, ["--prepare-wheelhouse", "{tmp}/wh", "--wheelhouse-platform", ""] + RES,
+         ["argument --wheelhouse-platform", "is empty"]),
+    # ---- tracebacks before: now one line ---------------------------------------------------------------------
+    case("hostfile-uneven-slots-torchrun", RUN_ALL, ["--frameworks", "pytorch", "--workers", "3", "--hosts",
+                                                     "{tmp}/uneven", "--print-host-commands"] + RES,
+         ["--hosts", "node1:2, node2:1", "torchrun", "same slots"]),
+    case("hostfile-slots-not-workers", RUN_ALL, ["--frameworks", "pytorch", "--workers", "2", "--hosts",
+                                                 "{tmp}/four"] + RES, ["--workers 2", "slots add up to 4"]),
+    case("hostfile-missing", RUN_ALL, ["--frameworks", "pytorch", "--workers", "2", "--hosts", "{tmp}/none"] + RES,
+         ["--hosts", "No such file"]),
+    case("prepare-wheelhouse-in-proc", RUN_ALL, ["--frameworks", "pytorch", "--prepare-wheelhouse", "/proc/x"] + RES,
+         ["--prepare-wheelhouse /proc/x", "cannot be created"]),
+    case("prepare-wheelhouse-a-file", RUN_ALL, ["--frameworks", "pytorch", "--prepare-wheelhouse", "{tmp}/a-file"]
+         + RES, ["--prepare-wheelhouse", "a-file is not a directory"]),
+    case("runner-current-broken-import", RUN_ALL, ["--frameworks", "pytorch"] + RES,
+         ["DS2_RUNNER=current", "cannot import tabulate", "broken on purpose", "--force-reinstall"],
+         env={"DS2_RUNNER": "current", "PYTHONPATH": "{tmp}/broken"}),
+    case("envs-dir-in-proc", RUN_ALL, ["--frameworks", "pytorch"] + RES, ["DS2_ENVS_DIR=/proc/x", "cannot be created"],
+         env={"DS2_ENVS_DIR": "/proc/x"}),
+    # ---- documented variables: set means non-empty and meaningful --------------------------------------------
+    case("envs-dir-empty", RUN_ALL, ["--frameworks", "pytorch"] + RES, ["DS2_ENVS_DIR is set but empty"],
+         env={"DS2_ENVS_DIR": ""}),
+    case("runner-not-current", RUN_ALL, ["--frameworks", "pytorch"] + RES, ["DS2_RUNNER=yes", "expected current"],
+         env={"DS2_RUNNER": "yes"}),
+    case("wheelhouse-variable-empty", RUN_ALL, ["--frameworks", "pytorch"] + RES, ["DS2_WHEELHOUSE is set but empty"],
+         env={"DS2_WHEELHOUSE": ""}),
+    case("gpu-build-variable-empty", RUN_ALL, ["--frameworks", "pytorch"] + RES, ["DS2_GPU_BUILD is set but empty"],
+         env={"DS2_GPU_BUILD": ""}),
+    case("use-installed-variable-empty", RUN_ALL, ["--frameworks", "pytorch"] + RES,
+         ["DS2_USE_INSTALLED is set but empty"], env={"DS2_USE_INSTALLED": ""}),
+    case("cntk-python-variable-empty", RUN_ALL, ["--frameworks", "pytorch"] + RES,
+         ["DS2_CNTK_PYTHON is set but empty"], env={"DS2_CNTK_PYTHON": ""}),
+    case("gpu-build-variable-unknown", RUN_ALL, ["--check"] + RES, ["DS2_GPU_BUILD", "unknown environment 'theano'"],
+         env={"DS2_GPU_BUILD": "theano=x"}),
+    # ---- bounds that protect the machine ------------------------------------------------------------------------
+    case("workers-100000", RUN_ALL, ["--frameworks", "pytorch", "--workers", "100000"] + RES,
+         ["--workers 100000", "usable core", "--oversubscribe"]),
+    case("batch-and-scale-a-billion", RUN_ALL, ["--frameworks", "pytorch", "--batch-size", "1000000000", "--scale",
+                                                "1000000000"] + RES, ["--batch-size 1000000000", "available"]),
+    case("scale-a-billion", RUN_ALL, ["--frameworks", "pytorch", "--scale", "1000000000"] + RES,
+         ["--scale 1000000000", "available"]),
+    case("batch-of-a-hundred-million", RUN_ALL, ["--frameworks", "pytorch", "--batch-size", "100000000"] + RES,
+         ["--batch-size 100000000", "feature pool", "batch sizes up to"]),
+    case("timeout-1e20", RUN_ALL, ["--frameworks", "pytorch", "--timeout", "1e20"] + RES,
+         ["argument --timeout", "'1e20'"]),
+    case("timeout-past-a-week", RUN_ALL, ["--frameworks", "pytorch", "--timeout", "100000000000000000000"] + RES,
+         ["argument --timeout", "a week"]),
+    case("join-timeout-past-a-week", RUN_ALL, ["--frameworks", "pytorch", "--workers", "2", "--hosts", "{tmp}/two",
+                                               "--join-timeout", "604801"] + RES, ["argument --join-timeout", "a week"]),
+    case("seed-past-32-bits", RUN_ALL, ["--frameworks", "pytorch", "--seed", "4294967296"] + RES,
+         ["argument --seed", "4294967295"]),
+    case("oversubscribe-alone", RUN_ALL, ["--frameworks", "pytorch", "--oversubscribe"] + RES,
+         ["--oversubscribe", "--workers 2 or more"]),
+    # ---- duplicates ---------------------------------------------------------------------------------------------
+    case("frameworks-empty-item-and-twice", RUN_ALL, ["--frameworks", "pytorch,,jax,pytorch"] + RES,
+         ["argument --frameworks", "empty item"]),
+    case("frameworks-twice", RUN_ALL, ["--frameworks", "pytorch,jax,pytorch"] + RES,
+         ["argument --frameworks", "names pytorch twice"]),
+    case("precision-twice", RUN_ALL, ["--frameworks", "pytorch", "--precision", "fp32,fp32"] + RES,
+         ["argument --precision", "names fp32 twice"]),
+    case("batch-size-twice", RUN_ALL, ["--frameworks", "pytorch", "--batch-size", "8,08"] + RES,
+         ["argument --batch-size", "names 8 twice"]),
+    case("python-env-twice", RUN_ALL, ["--frameworks", "pytorch", "--python", "pytorch=%s" % PY, "--python",
+                                       "pytorch=%s" % PY] + RES, ["--python pytorch=", "named twice"]),
+    case("migrate-to-twice", RUN_ALL, ["--migrate", "--migrate-to", "jax,jax"] + RES,
+         ["argument --migrate-to", "names jax twice"]),
+    # ---- what already worked --------------------------------------------------------------------------------------
+    case("unknown-framework", RUN_ALL, ["--frameworks", "theano"] + RES, ["argument --frameworks", "'theano'"]),
+    case("unknown-preset", RUN_ALL, ["--preset", "huge"] + RES, ["argument --preset", "'huge'"]),
+    case("batch-size-0", RUN_ALL, ["--batch-size", "0"] + RES, ["argument --batch-size", "'0'"]),
+    case("workers-0", RUN_ALL, ["--workers", "0"] + RES, ["argument --workers", "'0'"]),
+    case("unknown-device", RUN_ALL, ["--device", "tpu"] + RES, ["argument --device", "'tpu'"]),
+    case("results-dir-in-proc", RUN_ALL, ["--frameworks", "pytorch", "--results-dir", "/proc/x"],
+         ["--results-dir /proc/x", "cannot be created in /proc"]),
+    case("results-dir-a-file", RUN_ALL, ["--frameworks", "pytorch", "--results-dir", "{tmp}/a-file"],
+         ["--results-dir", "is not a directory"]),
+    case("host-options-without-hosts", RUN_ALL, ["--frameworks", "pytorch", "--workers", "2",
+                                                 "--print-host-commands"] + RES, ["go with --hosts HOSTFILE"]),
+    case("mxnet-dp-without-workers", RUN_ALL, ["--frameworks", "mxnet", "--mxnet-dp", "local"] + RES,
+         ["--mxnet-dp local", "--workers 2 or more"]),
+    case("migrate-to-without-migrate", RUN_ALL, ["--migrate-to", "pytorch"] + RES, ["--migrate-to", "add --migrate"]),
+    case("fp64-not-pytorch", RUN_ALL, ["--precision", "fp64", "--frameworks", "tensorflow"] + RES,
+         ["--precision fp64", "pytorch only"]),
+    case("unknown-option", RUN_ALL, ["--frameworkz", "pytorch"] + RES, ["unrecognized arguments: --frameworkz"]),
+    # ---- python -m runner.report ------------------------------------------------------------------------------------
+    case("report-results-dir-empty-from-root", REPORT, ["--results-dir", "", "--output", "{tmp}/out.md"],
+         ["--results-dir ''", "is empty"], cwd="root"),
+    case("report-results-dir-dot-from-root", REPORT, ["--results-dir", ".", "--output", "{tmp}/out.md"],
+         ["--results-dir '.'", "repository root"], cwd="root"),
+    case("report-results-dir-misspelt", REPORT, ["--results-dir", "{tmp}/resluts"],
+         ["--results-dir", "resluts: no such directory"]),
+    case("report-results-dir-without-records", REPORT, ["--results-dir", "{tmp}/empty"],
+         ["--results-dir", "holds no records"]),
+    case("report-output-empty", REPORT, ["--output", ""], ["--output ''", "is empty"]),
+    case("report-output-a-tracked-file", REPORT, ["--output", os.path.join(ROOT, "README.md")],
+         ["--output", "not a results page"]),
+    case("report-unknown-argument", REPORT, ["results"], ["unrecognized arguments: results"]),
+    # ---- python -m runner.rosetta -----------------------------------------------------------------------------------
+    case("rosetta-extract-empty", ROSETTA, ["--extract", ""], ["argument --extract", "invalid choice: ''"]),
+    case("rosetta-extract-unknown", ROSETTA, ["--extract", "theano"], ["argument --extract", "'theano'"]),
+    case("rosetta-check-and-extract", ROSETTA, ["--check", "--extract", "all"], ["--check and --extract all"]),
+    case("rosetta-unknown-argument", ROSETTA, ["--chek"], ["unrecognized arguments: --chek"]),
+    # ---- the tools ----------------------------------------------------------------------------------------------------
+    case("simulate-hosts-up-huge", SIM, ["up", "99999999999999999999"], ["up N", "1 to 50", "99999999999999999999"]),
+    case("simulate-hosts-up-08", SIM, ["up", "08"], ["up N", "leading zeros", "'08'"]),
+    case("simulate-hosts-up-0", SIM, ["up", "0"], ["up N", "'0'"]),
+    case("simulate-hosts-up-extra", SIM, ["up", "2", "extra"], ["up N takes one argument", "'2 extra'"]),
+    case("simulate-hosts-up-missing", SIM, ["up"], ["up N", "missing"]),
+    case("simulate-hosts-down-extra", SIM, ["down", "now"], ["down takes no argument", "'now'"]),
+    case("simulate-hosts-no-command", SIM, [], ["no command"]),
+    case("simulate-hosts-unknown-command", SIM, ["start"], ["unknown command 'start'"]),
+    case("simulate-hosts-dir-empty", SIM, ["status"], ["DS2_SIM_DIR is set but empty"], env={"DS2_SIM_DIR": ""}),
+    case("simulate-hosts-dir-relative", SIM, ["status"], ["DS2_SIM_DIR=sim", "absolute"], env={"DS2_SIM_DIR": "sim"}),
+    case("simulate-hosts-dir-not-its-own", SIM, ["down"], ["DS2_SIM_DIR=", "mine", "not a directory this script made"],
+         env={"DS2_SIM_DIR": "{tmp}/mine"}),
+    case("installed-offline-wheelhouse-empty", OFFLINE, ["", PY], ["WHEELHOUSE ''", "is empty"]),
+    case("installed-offline-python-empty", OFFLINE, ["{tmp}", ""], ["PYTHON ''", "is empty"]),
+    case("check-gpu-envs-dest-empty", GPU_ENVS, ["--dest", "", "--no-build"], ["argument --dest", "is empty"]),
+    case("check-gpu-envs-python-not-env-path", GPU_ENVS, ["--python", "cntk", "--no-build"],
+         ["--python 'cntk'", "expected ENV=PATH"]),
+]
+
+
+@pytest.fixture
+def scratch(tmp_path):
+    """The directory the commands run in, with what the cases name: hostfiles, a file, a package that does not
+    import, an empty directory, and a directory of the user's own."""
+    tmp = tmp_path / "scratch"
+    tmp.mkdir()
+    (tmp / "uneven").write_text("node1:2\nnode2:1\n")
+    (tmp / "four").write_text("a:2\nb:2\n")
+    (tmp / "two").write_text("a\nb\n")
+    (tmp / "a-file").write_text("a file of the user's\n")
+    (tmp / "broken" / "tabulate").mkdir(parents=True)
+    (tmp / "broken" / "tabulate" / "__init__.py").write_text("raise ImportError('broken on purpose')\n")
+    (tmp / "empty").mkdir()
+    (tmp / "mine").mkdir()
+    (tmp / "mine" / "keep.txt").write_text("the user's\n")
+    return tmp
+
+
+def tree(path):
+    """Every directory under ``path``, and every file with its size and modification time (a directory's own
+    time is left out: the write test of a path makes and removes a temporary directory, which leaves nothing)."""
+    out = {}
+    for root, dirs, files in os.walk(str(path)):
+        for name in dirs:
+            out[os.path.relpath(os.path.join(root, name), str(path))] = "dir"
+        for name in files:
+            st = os.lstat(os.path.join(root, name))
+            out[os.path.relpath(os.path.join(root, name), str(path))] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+def git_status():
+    if shutil.which("git") is None or not os.path.isdir(os.path.join(ROOT, ".git")):
+        return None
+    return subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=ROOT,
+                          stdout=subprocess.PIPE, universal_newlines=True).stdout
+
+
+@pytest.mark.parametrize("command, args, words, env, cwd", CASES)
+def test_bad_input_is_refused_in_one_line_before_anything(scratch, command, args, words, env, cwd):
+    tmp = str(scratch)
+    fill = lambda text: text.replace("{tmp}", tmp)  # noqa: E731
+    tag = uuid.uuid4().hex
+    environ = dict(os.environ, PYTHONPATH=ROOT, **{MARKER: tag})
+    environ.pop("DS2_RUNNER", None)
+    for name, value in env.items():
+        environ[name] = fill(value) if name != "PYTHONPATH" else fill(value) + os.pathsep + ROOT
+    where = {"tmp": tmp, "root": ROOT}.get(cwd) or os.path.join(ROOT, cwd)
+    before, status_before = tree(tmp), git_status() if cwd != "tmp" else None
+    t0 = time.time()
+    proc = subprocess.run(command + [fill(a) for a in args], cwd=where, env=environ, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, universal_newlines=True, timeout=120)
+    elapsed = time.time() - t0
+    prog = PROGS[id(command)]
+    lines = proc.stderr.splitlines()
+    assert proc.returncode == 2, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
+    assert len(lines) == 1 and lines[0].startswith(prog + ": error: "), proc.stderr
+    for word in words:
+        assert fill(word) in lines[0], (word, lines[0])
+    assert proc.stdout == "", proc.stdout
+    assert tree(tmp) == before, "the command wrote into its scratch directory"
+    if status_before is not None:
+        assert git_status() == status_before, "the command changed the checkout"
+    assert marked_processes(tag, name=MARKER) == [], "a process the command started outlived it"
+    assert elapsed < SECONDS, "a refusal took %.1f s" % elapsed
+
+
+def test_every_issue_case_is_in_the_table():
+    """The table keeps a case for each input this suite promises to refuse (a renamed case is fine, a dropped one
+    is not)."""
+    ids = {p.id for p in CASES}
+    for name in ("results-dir-empty-from-root", "hosts-empty-with-workers", "init-weights-empty", "output-empty",
+                 "hostfile-uneven-slots-torchrun", "prepare-wheelhouse-in-proc", "prepare-wheelhouse-a-file",
+                 "runner-current-broken-import", "envs-dir-in-proc", "workers-100000", "batch-and-scale-a-billion",
+                 "timeout-1e20", "frameworks-empty-item-and-twice", "report-results-dir-misspelt",
+                 "report-unknown-argument", "rosetta-unknown-argument", "simulate-hosts-up-huge",
+                 "simulate-hosts-up-08", "simulate-hosts-up-extra"):
+        assert name in ids, name
+
+
+def test_the_bounds_come_from_the_machine_and_the_spec():
+    """--workers: 2 per usable core (the test suite's 2 workers stay allowed on one core); the memory bound is the
+    iterator's own arithmetic (common/data.py), checked against a real iterator's arrays."""
+    assert validate.workers_error(2, False, cores=1) is None
+    assert "at most 2 workers per core (2 here)" in validate.workers_error(3, False, cores=1)
+    assert validate.workers_error(3, True, cores=1) is None and validate.workers_error(99, False, hosts=True) is None
+    from common.data import DeepMarkIterator
+    it = DeepMarkIterator(4, scale=2, seed=0, n_freq=161)
+    need = validate.iterator_bytes(4, 2, 161, range(1, 16))
+    assert need["pool"] == it._pool.nbytes * validate.POOL_PEAK_BYTES // 4      # float32 kept, float64 drawn
+    assert it._labels.nbytes <= need["plan"] <= it._labels.nbytes + len(it) * validate.BATCH_PLAN_BYTES
+    from common.spec import get_preset
+    smoke = get_preset("smoke")
+    assert validate.memory_error([smoke], 1, 1, True, available=10 ** 12) is None
+    line = validate.memory_error([smoke.with_overrides(batch_size=10 ** 6)], 1, 1, True, available=10 ** 9)
+    assert line.startswith("--batch-size 1000000:") and "batch sizes up to" in line
+    fits = int(line.rsplit("batch sizes up to ", 1)[1].split()[0])
+    assert validate.memory_error([smoke.with_overrides(batch_size=fits)], 1, 1, True, available=10 ** 9) is None
+    assert validate.memory_error([smoke.with_overrides(batch_size=fits + 1)], 1, 1, True, available=10 ** 9)
+    # two workers: each of the two processes holds the iterator of the global batch (2 x b)
+    two = validate.memory_error([smoke.with_overrides(batch_size=fits)], 2, 2, True, available=10 ** 9)
+    assert two and "each of 2 worker processes" in two
+
+
+def test_names_itself_and_the_results_folder_rules(tmp_path):
+    assert validate.names_itself("results") and validate.names_itself("/tmp/r") and validate.names_itself("a/b/")
+    assert not any(validate.names_itself(a) for a in ("", ".", "./", "..", "results/..", "/"))
+    assert validate.results_dir_error("--results-dir", os.path.join(ROOT, "results")) is None   # the default
+    assert validate.results_dir_error("--results-dir", str(tmp_path / "new")) is None
+    assert not os.path.exists(str(tmp_path / "new"))                                            # tried, not made
+    page = tmp_path / "page.md"
+    page.write_text(validate.REPORT_TITLE + "\n\nold\n")
+    assert validate.output_error("--output", str(page)) is None
+    (tmp_path / "empty.md").write_text("")
+    assert validate.output_error("--output", str(tmp_path / "empty.md")) is None
+    (tmp_path / "notes.md").write_text("# My notes\n")
+    assert "not a results page" in validate.output_error("--output", str(tmp_path / "notes.md"))
