@@ -24,7 +24,7 @@ C.device.try_set_default_device(dev)
 on_gpu = fused = False                                # fused: optimized_rnnstack (cuDNN), GPU only
 FRAMES_PER_SECOND = 100
 #: the mean output frames of a minibatch, from the notebook's iterator (deepmark preset; smoke)
-frames_per_minibatch = {'full': 4752.0, 'smoke': 707.1428571428571}[os.environ.get("DS2_WIDTH", "full")]
+frames_per_minibatch = {'full': 4752.0, 'smoke': 625.0}[os.environ.get("DS2_WIDTH", "full")]
 
 
 def frame_labels(labels: np.ndarray, n_frames: int, n_classes: int) -> np.ndarray:
