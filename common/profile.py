@@ -71,9 +71,13 @@ def self_times(events: Iterable[Tuple[str, float, float]], per_second: float = 1
 def hlo_op_names(hlo_text: str) -> dict:
     """Each operation of a compiled XLA program (``compiled.as_text()``) -> the name of the framework
     operation it came from (its ``op_name`` metadata, which carries the ``jax.named_scope`` / Keras layer
-    path). A fusion or loop without metadata of its own takes that of the computation it calls: the
-    computation's root's, else its first named operation's."""
-    op_names, calls, named_in, computation = {}, {}, {}, None
+    path). An operation without metadata of its own -- a fusion, a loop or a copy that a compiler pass made --
+    takes, in this order: that of the computations it calls (``calls``, ``body``, ``to_apply``,
+    ``called_computations``; each one's root, else its first named operation, following further calls), else
+    that of its first operand that has one (a copy or layout change belongs to the operation whose value it
+    moves). Only an operation with none of these stays unnamed ("")."""
+    op_names, calls, operands, named_in, members, computation = {}, {}, {}, {}, {}, None
+    order = []
     for line in hlo_text.splitlines():
         if " = " not in line and line.rstrip().endswith("{"):
             computation = line.split()[1 if line.startswith("ENTRY") else 0].lstrip("%")
@@ -81,14 +85,36 @@ def hlo_op_names(hlo_text: str) -> dict:
         m = re.match(r'\s*(ROOT )?%([\w.\-]+) = (.*)', line)
         if m:
             root, name, rest = m.groups()
-            calls[name] = re.findall(r'(?:calls|body)=%([\w.\-]+)', rest)
+            order.append(name)
+            members.setdefault(computation, []).append(name)
+            called = re.findall(r'(?:calls|body|to_apply|condition)=%([\w.\-]+)', rest)
+            for group in re.findall(r'(?:called_computations|branch_computations)=\{([^}]*)\}', rest):
+                called += re.findall(r'%([\w.\-]+)', group)
+            calls[name] = called
+            args = re.search(r' [a-z][\w\-]*\(([^)]*)\)', rest)
+            operands[name] = re.findall(r'%([\w.\-]+)', args.group(1)) if args else []
             meta = re.search(r'op_name="([^"]*)"', rest)
             if meta:
                 op_names[name] = meta.group(1)
                 if root or computation not in named_in:
                     named_in[computation] = meta.group(1)
-    for name, called in calls.items():
-        op_names.setdefault(name, next((named_in[c] for c in called if c in named_in), ""))
+
+    def through_calls(name, seen):
+        for c in calls.get(name, []):
+            if c in named_in:
+                return named_in[c]
+        for c in calls.get(name, []):            # a computation without names of its own: what it calls
+            if c not in seen:
+                seen.add(c)
+                inner = next((found for found in (through_calls(n, seen) for n in members.get(c, [])) if found), "")
+                if inner:
+                    return inner
+        return ""
+
+    for name in order:                           # definitions come before uses: operands are settled first
+        if not op_names.get(name):
+            op_names[name] = through_calls(name, set()) or next(
+                (op_names[o] for o in operands.get(name, []) if op_names.get(o)), "")
     return op_names
 
 

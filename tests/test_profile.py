@@ -49,6 +49,36 @@ def test_hlo_op_names_follow_metadata_and_called_computations():
     assert names["a"] == ""                                       # nothing to go by
 
 
+HLO_UNNAMED = """HloModule jit_step
+
+%inner (q: f32[8]) -> f32[8] {
+  %q = f32[8]{0} parameter(0)
+  ROOT %exp.1 = f32[8]{0} exponential(f32[8]{0} %q), metadata={op_name="jit(step)/ctc/exp"}
+}
+
+%outer (r: f32[8]) -> f32[8] {
+  %r = f32[8]{0} parameter(0)
+  ROOT %call.2 = f32[8]{0} call(f32[8]{0} %r), to_apply=%inner
+}
+
+ENTRY %main (a: f32[8]) -> f32[8] {
+  %a = f32[8]{0} parameter(0)
+  %ynn_fusion.7 = f32[8]{0} fusion(f32[8]{0} %a), kind=kCustom, calls=%outer
+  %mul.3 = f32[8]{0} multiply(f32[8]{0} %a, f32[8]{0} %a), metadata={op_name="jit(step)/bd1_bn/mul"}
+  %copy.9 = f32[8]{0} copy(f32[8]{0} %mul.3)
+  ROOT %custom = f32[8]{0} custom-call(f32[8]{0} %a), called_computations={%inner}
+}
+"""
+
+
+def test_hlo_op_names_for_operations_a_compiler_pass_left_unnamed():
+    names = hlo_op_names(HLO_UNNAMED)
+    assert names["ynn_fusion.7"] == "jit(step)/ctc/exp"      # its computation names nothing: what that one calls
+    assert names["copy.9"] == "jit(step)/bd1_bn/mul"         # a copy: the operation whose value it moves
+    assert names["custom"] == "jit(step)/ctc/exp"            # called_computations
+    assert names["a"] == ""
+
+
 def test_time_shares_first_matching_rule_wins_and_other_lists_the_rest():
     events = [("bd1_bn/x", 1.0), ("bd1/MatMul", 3.0), ("conv1/Conv2D", 2.0), ("reshape", 4.0)]
     p = time_shares(events, [("batchnorm", r"_bn/"), ("rnn", r"bd\d"), ("convolution", r"conv")], tool="t",
