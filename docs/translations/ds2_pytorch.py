@@ -117,6 +117,8 @@ def sequence_batch_norm(width, cfg):
 class BatchRNN(nn.Module):
     """One bd layer: sequence-wise BatchNorm -> bidirectional ReLU RNN -> directions summed, clipped."""
 
+    bf16 = True   # under bf16 autocast: the RNN in bfloat16 (False: autocast's own RNN, float16 in cuDNN)
+
     def __init__(self, input_size, cfg):
         super().__init__()
         self.bn = sequence_batch_norm(input_size, cfg)
@@ -127,7 +129,15 @@ class BatchRNN(nn.Module):
         self.clip = nn.Hardtanh(0.0, cfg.clip)
 
     def forward(self, x):
-        y, _ = self.rnn(self.bn(x))                       # (T, N, 2H): forward | backward
+        x, device = self.bn(x), x.device.type
+        if self.bf16 and torch.is_autocast_enabled(device) and torch.get_autocast_dtype(device) == torch.bfloat16:
+            # autocast's cuDNN RNN computes in float16: bfloat16 copies of the fp32 parameters (the master weights;
+            # the casts pass the gradients back), autocast off
+            weights = {name: p.to(torch.bfloat16) for name, p in self.rnn.named_parameters()}
+            with torch.autocast(device, enabled=False):
+                y, _ = torch.func.functional_call(self.rnn, weights, (x.to(torch.bfloat16),))
+        else:
+            y, _ = self.rnn(x)                            # (T, N, 2H): forward | backward
         forward, backward = y.chunk(2, dim=-1)
         return self.clip(forward + backward)
 
@@ -203,7 +213,7 @@ def ds2_loss(logits, targets, target_lengths):
     return ctc_sum(logits, targets, target_lengths) * (1.0 / logits.shape[1])
 
 
-# %% PyTorch_DS2.ipynb cell 18 (rosetta:optimizer)
+# %% PyTorch_DS2.ipynb cell 20 (rosetta:optimizer)
 optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
 
 
