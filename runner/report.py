@@ -41,6 +41,7 @@ from .report_provenance import _machine, _made_on, environment_rows, provenance_
 from .report_records import (K_STEPS, _bench_groups, _bench_key, _bench_title, _flops, _fmt,  # noqa: F401
                              _group_key, _group_title, _groups, _label, _number, _ok, _roofline, _speed,
                              flop_unit, is_variant, md_table, pytorch_twin, row_of_record, trajectory)
+from .report_latency import load_latency
 from .report_tables import (PRESET_ORDER, RECORD_COLUMNS, _summary_order, fastest_variant,  # noqa: F401
                             notebook_link, peak_rows, peak_section, profile_rows, record_tables, speed_rows,
                             speed_section, step_time_rows, summary_groups, summary_key, summary_section,
@@ -92,12 +93,12 @@ def _top_lines(records, all_records, output, image, header) -> List[str]:
     ]
 
 
-def _speed_lines(records, image) -> List[str]:
+def _speed_lines(records, image, latency=None) -> List[str]:
     """Speed and efficiency, the measured peaks, throughput, batch size, step time and the profiles."""
     return [
         "## Speed and efficiency",
         "",
-        speed_section(records),
+        speed_section(records, latency),
         image("flops", "achieved training FLOP/s per row, with the measured matmul peak"),
         "## Measured matrix-product peak",
         "",
@@ -187,7 +188,7 @@ def render(results_dir: str, command: str, commit: Optional[str], output: str, w
             command, commit or "unknown", results.utc_now()[:10], len(all_records), rel(records_dir),
             len(provenance), len(set(p["Machine"] for p in provenance))))
     lines = _top_lines(records, all_records, output, image, header) \
-        + unreadable_lines(unreadable, records_dir, output) + _speed_lines(records, image) \
+        + unreadable_lines(unreadable, records_dir, output) + _speed_lines(records, image, load_latency(results_dir)) \
         + _agreement_lines(records, controls, image) \
         + migration_section(results_dir, records, records_dir, controls) + onnx_section(records, results_dir, output) \
         + distributed.report_section(records, md_table) + [

@@ -10,6 +10,7 @@ from common.profile import CATEGORIES
 from common.spec import FULL_MODEL
 
 from .bootstrap import ROOT
+from .report_latency import latency_share
 from .report_records import (_bench_groups, _bench_key, _bench_title, _flops, _fmt, _label, _number, _ok,
                              _roofline, _speed, flop_unit, is_variant, md_table, row_of_record)
 
@@ -134,13 +135,20 @@ def fastest_variant(rec: dict, records: List[dict]) -> Optional[dict]:
     return max(same, key=_speed) if same else None
 
 
-def speed_rows(records: List[dict]) -> "OrderedDict":
+#: the speed table's column for the latency-aware roofline (runner/report_latency.py)
+LATENCY_COLUMN = "% of latency roofline"
+
+
+def speed_rows(records: List[dict], latency: Optional[dict] = None) -> "OrderedDict":
     """Per preset-and-device group (:func:`_bench_key`), one row per record: audio s/s and its ratio to
-    the group's fastest row, achieved FLOP/s and the share of the measured square-matmul peak, and for a
-    row of record its audio s/s divided by its framework's fastest variant's.  Returns
-    {group key: (unit, rows)}; completed rows first, fastest first."""
+    the group's fastest row, achieved FLOP/s and the share of the measured square-matmul peak, the share of the
+    latency-aware roofline where ``latency`` (runner/report_latency.py) has the card's figures (the column only
+    in such a group), and for a row of record its audio s/s divided by its framework's fastest variant's.
+    Returns {group key: (unit, rows)}; completed rows first, fastest first."""
     out = OrderedDict()
     for key, recs in _bench_groups(records).items():
+        shares = {id(r): latency_share(r, latency or {}) for r in recs}
+        with_latency = any(v is not None for v in shares.values())
         top = max([_speed(r) for r in recs if _speed(r) is not None], default=None)
         divisor, unit = flop_unit([_number(_flops(r).get("achieved_per_s")) for r in recs])
         recs = sorted(recs, key=lambda r: (_speed(r) is None, -(_speed(r) or 0), r["target"]))
@@ -162,6 +170,8 @@ def speed_rows(records: List[dict]) -> "OrderedDict":
                 ("Achieved " + unit, achieved / divisor if achieved is not None else None),
                 ("% of matmul peak", 100.0 * eff if eff is not None else None),
                 ("% of shape roofline", 100.0 * achieved / roof if achieved is not None and roof else None),
+            ] + ([(LATENCY_COLUMN, 100.0 * shares[id(rec)] if shares[id(rec)] is not None else None)]
+                 if with_latency else []) + [
                 ("Row of record \u00f7 fastest variant", speed / _speed(twin) if twin is not None else None),
                 ("Status", status if status == "ok" else "%s: %s" % (status, rec.get("error") or "no reason given")),
             ]))
@@ -246,9 +256,9 @@ def step_time_rows(records: List[dict]) -> List[OrderedDict]:
     return rows
 
 
-def speed_section(records: List[dict]) -> str:
+def speed_section(records: List[dict], latency: Optional[dict] = None) -> str:
     """The speed-and-efficiency tables, one per preset-and-device group, with their explanation."""
-    groups = speed_rows(records)
+    groups = speed_rows(records, latency)
     if not groups:
         return "_No result records._\n"
     parts = []
@@ -262,6 +272,7 @@ def speed_section(records: List[dict]) -> str:
         ratio = "\u00f7 fastest of group"
         parts.append(md_table(rows, {"Audio s/s": "{:.1f}", ratio: "{:.2f}", "Achieved " + unit: "{:.3g}",
                                      "% of matmul peak": "{:.1f}", "% of shape roofline": "{:.1f}",
+                                     LATENCY_COLUMN: "{:.1f}",
                                      "Row of record \u00f7 fastest variant": "{:.2f}"}))
         parts.append("\n")
     parts.append("\n".join([
@@ -272,7 +283,9 @@ def speed_section(records: List[dict]) -> str:
         "over its train seconds.",
         "- % of matmul peak: achieved over the same notebook's measured square matrix-product rate at the same "
         "precision. % of shape roofline: achieved over the rate the step would reach if each product ran at the "
-        "rate measured for its shape (the peaks below).",
+        "rate measured for its shape (the peaks below). % of latency roofline (where the card's latency figures "
+        "are in the results directory's latency/): audio s/s over the bound that the recurrence's dependent steps "
+        "and the card's product rate give (docs/benchmark.md, the latency-aware roofline).",
         "- Row of record \u00f7 fastest variant: below 1, a variant is faster. A dash: not measured or not "
         "applicable. How the FLOPs are counted: docs/benchmark.md.", ""]))
     return "".join(parts)

@@ -434,3 +434,28 @@ def test_a_crash_while_rendering_leaves_the_old_page_whole(records_dir, tmp_path
         report.write(str(records_dir), str(out), "the second command", None)
     assert out.read_text() == old
     assert not [p for p in tmp_path.iterdir() if "partial" in p.name]
+
+
+# ---- the latency-aware roofline: a column where the card's latency figures are in the results directory ----
+def test_latency_roofline_column_for_the_card_with_figures(tmp_path):
+    import json
+    from common import roofline
+    gpu = fixture_record("pytorch", "PyTorch", LOSSES, 2000.0, device="NVIDIA H200", dtype="cuda", preset="quick",
+                         batch_size=32, scale=64, config=FULL_MODEL.to_dict())
+    cpu = fixture_record("jax", "JAX", LOSSES, 100.0, config=SMOKE_MODEL.to_dict())
+    d = tmp_path / "records"
+    d.mkdir()
+    for rec in (gpu, cpu):
+        results.write_record(str(d / ("%s.json" % rec["target"])), rec)
+    latency = {"benchmark": "rnn_latency", "device": {"type": "cuda", "name": "NVIDIA H200"},
+               "precisions": {"fp32": {"t_step_s": 14e-6, "gemm_flops_per_s": {"input": 50e12, "recurrent": 5e12}}}}
+    (tmp_path / "latency").mkdir()
+    (tmp_path / "latency" / "h200.json").write_text(json.dumps(latency))
+    md = report.render(str(tmp_path), "cmd", None, str(tmp_path / "results.md"))
+    speed = md.split("## Speed and efficiency")[1].split("## Measured matrix-product peak")[0]
+    quick, smoke = speed.split("### quick")[1].split("###")[0], speed.split("### smoke")[1].split("###")[0]
+    bound = roofline.epoch_bound(FULL_MODEL, roofline.deepmark_batches(32, 64), 14e-6, 50e12)["audio_s_per_s"]
+    header, rows = _table_rows(quick, "Row")
+    assert "% of latency roofline" in header
+    assert rows[("pytorch", "32")]["% of latency roofline"] == "%.1f" % (100 * 2000.0 / bound)
+    assert "% of latency roofline" not in _table_rows(smoke, "Row")[0]      # no figures for the CPU
