@@ -1,4 +1,4 @@
-"""Trained models out of every framework (issue #12): where a notebook's export goes and the checks
+"""Trained models out of every framework: where a notebook's export goes and the checks
 its section "11. Export" runs.  Standard library + NumPy, no framework import; runs on Python 3.6.
 
 Every notebook, after its timed epoch:

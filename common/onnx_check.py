@@ -1,4 +1,4 @@
-"""The ONNX exit route (issue #22): every notebook exports its trained, inference-mode acoustic model
+"""The ONNX exit route: every notebook exports its trained, inference-mode acoustic model
 with its framework's own ONNX exporter, and onnxruntime's CPU provider runs the file on a held-out batch.
 NumPy + the ``onnx`` and ``onnxruntime`` packages (imported only when used); no framework import; runs on
 Python 3.6 (CNTK's environment: onnx 1.11, onnxruntime 1.10).

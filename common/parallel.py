@@ -9,7 +9,7 @@ proven equal to one worker.  Standard library + NumPy, no framework import; runs
   exactly one worker with the global batch (the rule is documented at :func:`common.data.shard_bounds`).
 * :func:`param_summary` -- a float64 fingerprint of the trained parameters for the record
   (``checks.param_summary``), comparable across runs with a tolerance (a hash is not).
-* :func:`equivalence` -- the check of issue #15: the W-worker record against the single-worker record
+* :func:`equivalence` -- the data-parallel check: the W-worker record against the single-worker record
   with the global batch size (first K = 10 losses, warm-up first, within 1e-5 relative; the parameter
   summaries after the epoch, when both records have one, within :data:`PARAM_RTOL`; the same data checksum).
 * :func:`distributed_section` -- what rank 0 writes into the record's ``distributed`` section.

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field, replace
 from collections import OrderedDict
 from typing import Dict, Tuple
 
-# DeepMark's utterance-length table (issue #1 of the DeepMark benchmark, by Baidu).
+# DeepMark's utterance-length table (Baidu's DS2 proposal, the DeepMark benchmark's first issue on GitHub).
 UTTERANCE_SECONDS = tuple(range(1, 16))
 #: share of utterances of each length, in percent (sums to 100)
 LENGTH_SHARE_PERCENT = (3, 10, 11, 13, 14, 13, 9, 8, 5, 4, 3, 2, 2, 2, 1)
@@ -290,7 +290,7 @@ def get_preset(name: str) -> Preset:
         raise ValueError("unknown preset %r; valid presets: %s" % (name, ", ".join(sorted(PRESETS)))) from None
 
 
-#: the float64 control of issue #12: a reference mode of the PyTorch notebook (``precision="fp64"``),
+#: the float64 control: a reference mode of the PyTorch notebook (``precision="fp64"``),
 #: never a benchmark row; the report holds every fp32 trajectory against it.
 CONTROL_PRECISION = "fp64"
 

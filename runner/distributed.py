@@ -132,7 +132,7 @@ def no_dp_reason(target: Target, launcher: Optional[Launcher] = None) -> Optiona
     if not os.path.exists(target.notebook_path):
         return None   # reported as a missing notebook
     if "workers" not in notebook_parameter_names(target.notebook_path):
-        return ("the %s notebook has no data-parallel code yet (no 'workers' parameter; issue #15)"
+        return ("the %s notebook has no data-parallel code yet (no 'workers' parameter)"
                 % target.label.split(" (")[0])
     return None
 

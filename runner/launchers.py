@@ -177,8 +177,8 @@ TARGET_LAUNCHERS = OrderedDict([
     ("keras-jax", "jax"),               # keras.distribution.DataParallel on the JAX backend
     ("keras-tensorflow", "tf_config"),  # the notebook refuses workers > 1: keras.distribution is JAX-only
     ("keras-torch", "torchrun"),        # the notebook refuses workers > 1: keras.distribution is JAX-only
-    ("cntk", "mpiexec"),                # issue #16
-    ("mxnet", "single"),                # issue #16
+    ("cntk", "mpiexec"),
+    ("mxnet", "single"),
 ])
 
 

@@ -1,4 +1,4 @@
-"""``run_all.py --migrate``: every framework's trained model loaded into every other framework (issue #12).
+"""``run_all.py --migrate``: every framework's trained model loaded into every other framework.
 
 For each source target, the canonical weights its last completed ordinary run exported
 (``<results>/weights/<record stem>.npz``, found through the record's ``export.path``); for each

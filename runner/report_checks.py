@@ -42,7 +42,7 @@ def agreement_rows(records: List[dict], controls: Optional[List[dict]] = None) -
     return rows
 
 
-# ---- the float64 control (issue #12) --------------------------------------------------------------------
+# ---- the float64 control --------------------------------------------------------------------------------
 def is_control(rec: dict) -> bool:
     """A record of the float64 control (pytorch, precision fp64): a reference trajectory, never a row of the
     speed, efficiency, throughput, step-time, profile or agreement tables."""
@@ -90,7 +90,7 @@ def control_section(records: List[dict], controls: List[dict]) -> str:
                                                                                   "; ".join(parts)))
 
 
-# ---- the ONNX exit route (issue #22) ----------------------------------------------------------------------
+# ---- the ONNX exit route ----------------------------------------------------------------------------------
 ONNX_NOTE = "\n".join([
     "- Every notebook's section 11b exports its trained inference-mode model (running statistics, no CTC, batch "
     "and time axes dynamic) with its framework's own exporter.",
@@ -174,7 +174,7 @@ def onnx_section(records: List[dict], results_dir: str = "", output: str = "resu
     return out
 
 
-# ---- the migration matrix (run_all.py --migrate, issue #12) ----------------------------------------------
+# ---- the migration matrix (run_all.py --migrate) ----------------------------------------------------------
 def _target_order(name: str) -> tuple:
     from .targets import ALL_TARGETS
     names = list(ALL_TARGETS)

@@ -244,7 +244,7 @@ ENVS = OrderedDict((e.name, e) for e in [
 AVX512_CORE = ("avx512f", "avx512bw", "avx512vl", "avx512dq")
 
 TARGETS = OrderedDict((t.name, t) for t in [
-    # fp64: the float64 control of issue #12 (common/spec.py CONTROL_PRECISION), the PyTorch notebook only
+    # fp64: the float64 control (common/spec.py CONTROL_PRECISION), the PyTorch notebook only
     Target("pytorch", "PyTorch (torch.nn)", "PyTorch_DS2.ipynb", "pytorch", control_precisions=(CONTROL_PRECISION,)),
     Target("tensorflow", "TensorFlow (tf.keras)", "TensorFlow_DS2.ipynb", "tensorflow"),
     # bf16 on a CPU: mx.contrib.amp's bfloat16 mode (oneDNN) puts convolutions and dense layers in bf16,
