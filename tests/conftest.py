@@ -262,7 +262,7 @@ def smoke(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def smoke_fp64(tmp_path_factory):
-    """The float64 control of issue #12: PyTorch in float64 on the smoke preset (a reference mode, not a row)."""
+    """The float64 control: PyTorch in float64 on the smoke preset (a reference mode, not a row)."""
     if "pytorch" not in selected_targets():
         pytest.skip("the pytorch target is not selected")
     return smoke_run(tmp_path_factory, "smoke_fp64", ["pytorch"], "--precision", "fp64")
@@ -293,7 +293,7 @@ def tag(monkeypatch):
     assert not left, "processes outlived the run: %s" % left
 
 
-# ---- the checks every data-parallel test shares (issues #15, #16) ------------------------------------------
+# ---- the checks every data-parallel test shares ------------------------------------------------------------
 def two_worker_record(two, target):
     """The one record of ``target`` with world size 2 that the ``--workers 2`` run ``two`` wrote; it is ok and
     the run exited 0."""

@@ -1,4 +1,4 @@
-"""Data-parallel foundation (issue #15): sharding of the shared iterator, the launcher's world
+"""Data-parallel foundation: sharding of the shared iterator, the launcher's world
 variables, the loss rule that keeps W workers equal to one, the equivalence check, and the launcher
 itself -- run on a standard-library fixture notebook (tests/fixtures/dp_fixture.ipynb) in this
 interpreter, and through torchrun with gloo when the PyTorch environment exists.  No DS2 notebook runs."""
@@ -181,7 +181,7 @@ def test_targets_without_a_workers_parameter_are_detected_from_the_notebook():
         reason = distributed.no_dp_reason(target)
         assert (reason is None) == has, target.name
         if not has:
-            assert "has no data-parallel code yet" in reason and "issue #15" in reason
+            assert "has no data-parallel code yet" in reason
 
 
 def test_export_script_injects_papermill_parameters(tmp_path):
@@ -533,7 +533,7 @@ def test_a_notebook_without_data_parallel_code_gets_a_skipped_row(tmp_path):
     target = Target("nodp", "NoDP (fixture)", str(path), "pytorch")
     assert "workers" in distributed.notebook_parameter_names(os.path.join(ROOT, "notebooks", FIXTURE))
     assert distributed.no_dp_reason(target, distributed.LAUNCHERS["python"]) == \
-        "the NoDP notebook has no data-parallel code yet (no 'workers' parameter; issue #15)"
+        "the NoDP notebook has no data-parallel code yet (no 'workers' parameter)"
     opts = execute.RunOptions(get_preset("smoke").with_overrides(batch_size=4), "fp32", 0, "cpu", str(tmp_path))
     rec = distributed.run_target(target, opts, 2, python=sys.executable, launcher=distributed.LAUNCHERS["python"])
     assert rec["status"] == "skipped" and "no data-parallel code yet" in rec["error"]

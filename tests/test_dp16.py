@@ -1,4 +1,4 @@
-"""Issue #16: the CNTK and MXNet notebooks' data-parallel code, run by ``run_all.py --workers 2`` on the
+"""The CNTK and MXNet notebooks' data-parallel code, run by ``run_all.py --workers 2`` on the
 smoke preset, trains exactly like one worker with the global batch: the first 10 losses within 1e-5
 relative and the same data checksum (``checks.equivalence``, computed by the runner when the
 single-worker record with the global batch is in the same results directory).
@@ -47,7 +47,7 @@ def test_two_workers_equal_one_worker_with_the_global_batch(tmp_path, target, sm
     assert "Data-parallel: W workers against one" in two.markdown()
 
 
-# ---- MXNet dist_sync: W processes and a parameter server (issue #16) ---------------------------------------------
+# ---- MXNet dist_sync: W processes and a parameter server ---------------------------------------------------------
 def _mode_record(run, mode):
     recs = [r for r in run.records.get("mxnet", []) if (r.get("distributed") or {}).get("mxnet_dp") == mode]
     assert len(recs) == 1, run.output

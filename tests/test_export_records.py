@@ -1,4 +1,4 @@
-"""Issue #12 on the session's smoke records (tests/conftest.py ``smoke``: every selected framework notebook run
+"""Exports and migration on the session's smoke records (tests/conftest.py ``smoke``: every selected framework notebook run
 by run_all.py on the CPU): every export is complete and loads, every framework's trained model agrees with
 PyTorch's after the same smoke epoch once the conventions are accounted for, every export migrates into
 every framework (``run_all.py --migrate``), and every fp32 trajectory stays close to the float64 control.

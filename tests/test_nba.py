@@ -1,4 +1,4 @@
-"""The PyTorch and TensorFlow notebooks' parameters for issues #11 and #14: a variant switch that
+"""The PyTorch and TensorFlow notebooks' parameters: a variant switch that
 is validated, a profile switch, the preset's forward repeats, and bf16 allowed on a CPU."""
 import ast
 import json

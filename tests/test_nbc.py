@@ -1,4 +1,4 @@
-"""The MXNet and CNTK notebooks' parameters, variants and precisions (issues #11 and #14).
+"""The MXNet and CNTK notebooks' parameters, variants and precisions.
 
 Without a framework: what the parameters cells declare, that papermill can parse them, that the
 notebooks' variants are the runner's, and that an unknown variant is refused in one line before any

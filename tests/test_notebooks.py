@@ -115,7 +115,7 @@ def test_jax_compiles_each_shape_once_in_the_warmup(smoke, iterator):
     assert xla["warmup"] == len(iterator.shapes()) and xla["epoch"] == 0, xla
 
 
-# ---- the FLOP accounting and the measured peak (issue #11) ---------------------------------------------
+# ---- the FLOP accounting and the measured peak ---------------------------------------------------------
 @pytest.mark.parametrize("target", full_targets(NAMES + VARIANT_NAMES))
 def test_record_has_flops_and_a_measured_peak(smoke, target, iterator):
     rec = ok_record(smoke, target)
@@ -132,7 +132,7 @@ def test_record_has_flops_and_a_measured_peak(smoke, target, iterator):
     assert rec["timing"]["forward_repeats"] == SMOKE.forward_repeats
 
 
-# ---- where the time goes: every notebook's profile of one step (issue #11) ----------------------------------
+# ---- where the time goes: every notebook's profile of one step ----------------------------------------------
 #: the rows whose profiler sees one compiled program without per-kernel events on a CPU (XLA under TensorFlow)
 WHOLE_STEP = {"tensorflow+xla", "keras-tensorflow+xla"}
 #: the parts each profile must find besides the RNN; CNTK times each block of the model on its own inputs by hand,
@@ -161,7 +161,7 @@ def test_profile_puts_the_step_in_the_models_parts(smoke, target):
     assert shares["other"] < 0.5, (target, dict(shares), p["largest_other"])
 
 
-# ---- each framework's fastest variant: its own row, the same checks (issue #11) ---------------------------
+# ---- each framework's fastest variant: its own row, the same checks ---------------------------------------
 @pytest.mark.parametrize("target", full_targets(VARIANT_NAMES))
 def test_variant_passes_the_checks_and_trains_like_its_row_of_record(smoke, target):
     variant = VARIANTS[target]
@@ -176,7 +176,7 @@ def test_variant_passes_the_checks_and_trains_like_its_row_of_record(smoke, targ
         target, row["target"], rel.max())
 
 
-# ---- bf16 on a CPU: the mixed-precision code of every notebook runs in CI (issue #14) -----------------------
+# ---- bf16 on a CPU: the mixed-precision code of every notebook runs in CI -----------------------------------
 @pytest.mark.full          # its own smoke run of every bf16 row
 @pytest.mark.parametrize("target", bf16_cpu_targets())
 def test_bf16_runs_on_a_cpu_and_passes_its_first_loss_check(smoke_bf16, target, first_reference_loss):

@@ -1,4 +1,4 @@
-"""Issue #22, the ONNX exit route: every notebook's section 11b on the session's smoke run (tests/conftest.py
+"""The ONNX exit route: every notebook's section 11b on the session's smoke run (tests/conftest.py
 ``smoke``), the check of a file on the command line (``python -m common.onnx_check``), which must fail on a
 perturbed weight and refuse bad input with one line and exit 2, and the table in results.md."""
 import os

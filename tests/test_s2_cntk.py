@@ -1,4 +1,4 @@
-"""Issue #12, CNTK: what CNTK's BatchNormalization stores as running statistics, measured on the notebook itself.
+"""CNTK: what CNTK's BatchNormalization stores as running statistics, measured on the notebook itself.
 
 The notebook's code cells from the first through ``rosetta:check`` (the smoke model loaded from the canonical
 state), then its optimizer cell, then ONE training step on the check batch from the canonical state.  The running

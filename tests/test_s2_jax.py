@@ -1,4 +1,4 @@
-"""Issue #15 for JAX: the JAX/Flax NNX notebook's data-parallel code, run by ``run_all.py --workers 2`` on
+"""JAX: the JAX/Flax NNX notebook's data-parallel code, run by ``run_all.py --workers 2`` on
 the smoke preset, trains exactly like one process with the global batch -- the first 10 losses within
 1e-5 relative, the same data checksum, the same trained-parameter summary (``checks.equivalence``,
 computed by the runner when the single-worker record with the global batch is in the same results
@@ -7,7 +7,7 @@ directory).  Modelled on tests/test_dp16.py.
 The target runs twice into one temporary results directory: ``--batch-size 8`` (one process) and then
 ``--workers 2 --batch-size 4`` (2 processes x 4, jax.distributed over gloo).  The smoke preset's global
 batches of 8 include sizes that 2 does not divide (3, 5, 1, ...): they run replicated, which the record
-counts.  Both runs also export the trained model (issue #12), checked here too.
+counts.  Both runs also export the trained model, checked here too.
 ``DS2_TEST_FRAMEWORKS`` selects the target ("jax")."""
 
 import os
@@ -23,7 +23,7 @@ TARGET = "jax"
 
 
 def export_ok(rec):
-    """The record's export section (issue #12): every check passed, the file is where it says."""
+    """The record's export section: every check passed, the file is where it says."""
     ex = rec.get("export") or {}
     assert ex.get("inference", {}).get("ok") is True, ex
     assert ex["inference"]["logits_max_rel"] <= ex["inference"]["logits_rtol"], ex

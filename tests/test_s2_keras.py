@@ -1,4 +1,4 @@
-"""The Keras 3 notebook: its export (issue #12) and its data-parallel code on the JAX backend (issue #15).
+"""The Keras 3 notebook: its export and its data-parallel code on the JAX backend.
 
 * keras-jax, smoke preset: ``--batch-size 8`` (one worker), then ``--workers 2 --batch-size 4`` (2 x 4) into the
   same results directory: the first 10 losses within 1e-5 relative, the same data checksum, the parameter

@@ -1,8 +1,8 @@
-"""Issue #15 for PyTorch: the notebook's data-parallel code (torchrun, DDP on gloo, the all-reduce BatchNorm
+"""PyTorch: the notebook's data-parallel code (torchrun, DDP on gloo, the all-reduce BatchNorm
 stand-in on a CPU), run by ``run_all.py --workers 2`` on the smoke preset, trains exactly like one worker
 with the global batch: the first 10 losses within 1e-5 relative and the same data checksum
 (``checks.equivalence``, computed by the runner from the single-worker record with the global batch in the
-same results directory).  Both records also carry the export of issue #12.
+same results directory).  Both records also carry the export.
 
 The single-worker reference is the session's smoke run (``--batch-size 8``; the float64 control's for
 fp64), copied into a temporary results directory, where ``--workers 2 --batch-size 4`` (2 x 4) then runs.
@@ -37,7 +37,7 @@ def export_file(rec):
 
 
 def check_export(rec, results_dir):
-    """The record's export section (issue #12): its checks passed and its files exist and load."""
+    """The record's export section: its checks passed and its files exist and load."""
     ex = rec["export"]
     assert ex["inference"]["ok"] and ex["native"]["ok"] and ex["train_loss"]["ok"], ex
     assert ex["inference"]["logits_max_rel"] <= 1e-4 and ex["train_loss"]["rel_diff"] <= 1e-4, ex

@@ -1,8 +1,8 @@
-"""Issue #15 for TensorFlow: the notebook's data-parallel code (MultiWorkerMirroredStrategy over W processes,
+"""TensorFlow: the notebook's data-parallel code (MultiWorkerMirroredStrategy over W processes,
 each with TF_CONFIG, ``BatchNormalization(synchronized=True)``), run by ``run_all.py --workers 2`` on the smoke
 preset, trains exactly like one worker with the global batch -- the first 10 losses within 1e-5 relative, the
 same data checksum, the parameter summaries of the exported state (``checks.param_summary``) -- and both runs
-export (issue #12, section 11) with every check passing.
+export (section 11) with every check passing.
 
 ``tensorflow`` runs twice into one temporary results directory: ``--batch-size 8`` (one worker) and then
 ``--workers 2 --batch-size 4`` (2 x 4; the smoke preset's batches of one utterance are replicated, not split).
