@@ -86,7 +86,7 @@ class DS2Config:
 cfg = DS2Config(**CONFIGS[os.environ.get("DS2_WIDTH", "full")])
 
 
-# %% JAX_Flax_DS2.ipynb cell 9 (rosetta:data)
+# %% JAX_Flax_DS2.ipynb cell 11 (rosetta:data)
 def to_device(batch):
     """Features and labels of a batch as arrays on the default device (host -> device copy).
 
@@ -101,7 +101,7 @@ def to_host(x):
     return np.asarray(x)
 
 
-# %% JAX_Flax_DS2.ipynb cell 11 (rosetta:model)
+# %% JAX_Flax_DS2.ipynb cell 13 (rosetta:model)
 def clipped_relu(clip):
     """min(max(x, 0), clip) as a layer."""
     return lambda x: jnp.clip(x, 0.0, clip)
@@ -180,7 +180,7 @@ for path, param in nnx.to_flat_state(nnx.state(model, nnx.Param)):
 print("%d parameters" % n_params)
 
 
-# %% JAX_Flax_DS2.ipynb cell 15 (rosetta:loss)
+# %% JAX_Flax_DS2.ipynb cell 17 (rosetta:loss)
 def ds2_loss(logits, labels):
     """CTC summed over the batch, divided by the batch size (mean per utterance)."""
     with jax.named_scope("ctc"):
@@ -203,7 +203,7 @@ def training_loss(model, features, labels):
     return _training_loss(graphdef, state, features, labels)
 
 
-# %% JAX_Flax_DS2.ipynb cell 18 (rosetta:optimizer)
+# %% JAX_Flax_DS2.ipynb cell 20 (rosetta:optimizer)
 optimizer = nnx.Optimizer(model, optax.sgd(cfg.lr, momentum=cfg.momentum), wrt=nnx.Param)
 
 
