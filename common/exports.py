@@ -138,6 +138,13 @@ def export_section(paths: Dict[str, str], state: Dict[str, np.ndarray], inferenc
             "logits_path": _relative(paths["logits"]), "init_weights": init_weights, "inference": inference}
 
 
+def skipped(skip) -> dict:
+    """The ``export`` section of a run whose ``skip`` parameter names it (``run_all.py --skip export,onnx``): the
+    canonical state was computed in memory (the record's ``checks.param_summary``), no file written, no check run."""
+    return {"status": "skipped", "reason": "skip=%s: the canonical state is computed in memory only; no file is "
+                                           "written and no export check runs" % ",".join(skip)}
+
+
 def write_export_info(paths: Dict[str, str], info: dict) -> str:
     """Write the export section next to the weights (``paths["info"]``), atomically."""
     tmp = paths["info"] + ".partial"

@@ -27,7 +27,7 @@ This module is framework-free and runs on Python 3.6 (CNTK's interpreter) as wel
 """
 from dataclasses import asdict, dataclass, field, replace
 from collections import OrderedDict
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
 # DeepMark's utterance-length table (Baidu's DS2 proposal, the DeepMark benchmark's first issue on GitHub).
 UTTERANCE_SECONDS = tuple(range(1, 16))
@@ -302,6 +302,39 @@ def check_precision(precision: str, control: bool = False) -> str:
     if precision not in PRECISIONS:
         raise ValueError("unknown precision %r; valid precisions: %s" % (precision, ", ".join(PRECISIONS)))
     return precision
+
+
+#: the parts of a run that a notebook's ``skip`` parameter (``run_all.py --skip PARTS``) leaves out, and what each
+#: is: what a timed run on a lent GPU needs no time for.  Training, its checks and the record always run.
+SKIPPABLE = OrderedDict([
+    ("export", "section 11: the canonical export's files and its checks (the state is still computed in memory)"),
+    ("onnx", "section 11b: the ONNX export and its onnxruntime check"),
+    ("forward", "section 10: the forward-only timing (the record's timing.forward_ms stays empty)"),
+])
+
+
+def skip_error(parts) -> Optional[str]:
+    """Why ``parts`` (a list of :data:`SKIPPABLE` names) cannot be skipped together, or None: each part once, and
+    ``export`` only with ``onnx`` (the ONNX route starts from the files the export writes)."""
+    for i, part in enumerate(parts):
+        if part not in SKIPPABLE:
+            return "unknown part %r; choose from: %s" % (part, ", ".join(SKIPPABLE))
+        if part in parts[:i]:
+            return "%s is named twice; name each part once" % part
+    if "export" in parts and "onnx" not in parts:
+        return "export without onnx: the ONNX route (section 11b) starts from the files the export writes; skip both"
+    return None
+
+
+def check_skip(skip) -> list:
+    """Validate a notebook's ``skip`` parameter, a list of :data:`SKIPPABLE` parts (``[]``: the whole run);
+    returns it as a list."""
+    if isinstance(skip, str) or not isinstance(skip, (list, tuple)):
+        raise ValueError("skip is a list of parts (%s), e.g. [\"forward\"]; got %r" % (", ".join(SKIPPABLE), skip))
+    problem = skip_error(list(skip))
+    if problem:
+        raise ValueError("skip=%r: %s" % (list(skip), problem))
+    return list(skip)
 
 
 #: relative tolerance of the first-loss check against the NumPy reference, per precision.

@@ -104,7 +104,8 @@ class BenchmarkTimer:
         """Median forward-only milliseconds per utterance length (``iterator.one_batch_per_length()``)."""
         if repeats < 1:
             raise ValueError("repeats must be at least 1, got %r" % (repeats,))
-        self.forward_repeats = repeats
+        batches = list(batches)
+        self.forward_repeats = repeats if batches else None      # no batch (skip=["forward"]): nothing timed
         for batch in batches:
             times = [self._timed(forward, batch)[1] for _ in range(repeats)]
             self.forward_ms[batch.seconds] = float(np.median(times) * 1e3)

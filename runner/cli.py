@@ -6,7 +6,7 @@ import sys
 from typing import List, Optional
 
 from common import envinfo
-from common.spec import CONTROL_PRECISION, PRECISIONS, PRESETS, get_preset
+from common.spec import CONTROL_PRECISION, PRECISIONS, PRESETS, SKIPPABLE, get_preset
 
 from . import cntk_python, envs, execute, interrupt, preflight, report
 from . import installed as installed_mod
@@ -61,6 +61,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "has it, bf16); fp64: the float64 control, pytorch only (a reference trajectory, not a row)")
     p.add_argument("--profile", action="store_true",
                    help="also profile one training step on an 8-s batch (the record's profile section)")
+    p.add_argument("--skip", type=validate.comma_list(list(SKIPPABLE), "part"), default=[], metavar="PARTS",
+                   help="comma-separated parts each notebook leaves out: %s; export goes with onnx. The record says "
+                        "what was skipped (options.skipped). For a timed run where only the training matters (a "
+                        "lent GPU, tools/gpu_session.py); the notebook needs a skip parameter"
+                        % ", ".join(SKIPPABLE))
     p.add_argument("--seed", type=validate.seed, default=0,
                    help="seed of data and initial weights, 0 to %d (default 0)" % validate.MAX_SEED)
     p.add_argument("--init-weights", type=non_empty("file"), default=None, metavar="NPZ",
@@ -335,7 +340,7 @@ def _main(argv=None) -> int:
                                   pythons=pythons, command=command, gpu=gpus[0] if gpus else None,
                                   progress=not args.no_progress, found=discovered, gpu_builds=gpu_builds,
                                   profile=args.profile, init_weights=args.init_weights, installed=installed,
-                                  installed_facts=facts or {}, wheelhouse=args.wheelhouse)
+                                  installed_facts=facts or {}, wheelhouse=args.wheelhouse, skip=args.skip)
 
     runs = [(t, prec, p) for t in targets for prec in args.precision for p in presets]
     if not args.migrate and not args.setup_only:      # every row skipped for a reason known now: nothing starts

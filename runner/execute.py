@@ -12,7 +12,7 @@ import re
 import subprocess
 import sys
 import time
-from typing import Dict, Optional, Set
+from typing import Dict, List, Optional, Set
 
 from common import envinfo, results
 from common.data import DeepMarkIterator
@@ -30,7 +30,7 @@ class RunOptions:
                  found: Optional[Set[str]] = None, gpu_builds: Optional[Dict[str, str]] = None,
                  profile: bool = False, init_weights: Optional[str] = None,
                  installed: Optional[Dict[str, str]] = None, installed_facts: Optional[Dict[str, dict]] = None,
-                 wheelhouse: Optional[str] = None):
+                 wheelhouse: Optional[str] = None, skip: Optional[List[str]] = None):
         self.preset = preset
         self.precision = precision
         self.seed = seed
@@ -48,6 +48,7 @@ class RunOptions:
         self.installed = installed or {}  # env name -> an interpreter run as it is (--use-installed)
         self.installed_facts = installed_facts or {}   # env name -> its preflight (runner/installed.py probe)
         self.wheelhouse = wheelhouse    # environments are made from this directory, no index (--wheelhouse)
+        self.skip = list(skip or [])    # parts every notebook leaves out (--skip; the ``skip`` parameter)
 
     @property
     def device_slug(self) -> str:
@@ -171,8 +172,8 @@ def run_papermill(notebook_in: str, notebook_out: str, parameters: dict, kernel:
 
 
 def notebook_parameters(target: Target, opts: RunOptions, result_path: str) -> dict:
-    """What papermill writes into the notebook's ``parameters`` cell.  ``profile`` only when asked
-    for, so a notebook without that parameter still runs."""
+    """What papermill writes into the notebook's ``parameters`` cell.  ``profile``, ``init_weights`` and ``skip``
+    (a list of parts) only when asked for, so a notebook without those parameters still runs."""
     params = dict(preset=opts.preset.name, batch_size=opts.preset.batch_size, scale=opts.preset.scale,
                   precision=opts.precision, seed=opts.seed, device=opts.device, result_path=result_path,
                   target=target.name, **target.parameters)
@@ -180,6 +181,8 @@ def notebook_parameters(target: Target, opts: RunOptions, result_path: str) -> d
         params["profile"] = True
     if getattr(opts, "init_weights", None):
         params["init_weights"] = opts.init_weights
+    if getattr(opts, "skip", None):
+        params["skip"] = list(opts.skip)
     return params
 
 

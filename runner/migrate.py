@@ -155,6 +155,9 @@ def find_export(source: Target, opts: "execute.RunOptions") -> dict:
         raise MigrateError("no export of %s: its last run failed (%s); %s" % (source.name, rec.get("error"), hint))
     export = rec.get("export") or {}
     weights = repo_path(export.get("path"))
+    if export.get("status") == "skipped":          # run_all.py --skip export,onnx: no file was written
+        raise MigrateError("no export of %s: its last run skipped it (%s); %s" % (source.name, export.get("reason"),
+                                                                                  hint))
     if not weights:
         raise MigrateError("no export of %s: its record has no export section (a notebook without section 11?); %s"
                            % (source.name, hint))

@@ -415,6 +415,60 @@ def environment_errors(environ=None, names: Iterable[str] = tuple(ENV_VARS)) -> 
     return errors
 
 
+# ---- notebooks ------------------------------------------------------------------------------------------------
+def notebook_parameter_names(path: str) -> Optional[List[str]]:
+    """The names assigned in the notebook's cell tagged ``parameters`` (read as JSON, standard library only); None
+    when the file cannot be read (its run reports that)."""
+    import ast
+    import json
+    try:
+        with open(path) as f:
+            cells = json.load(f).get("cells", [])
+    except (OSError, ValueError):
+        return None
+    names = []
+    for cell in cells:
+        if cell.get("cell_type") == "code" and "parameters" in cell.get("metadata", {}).get("tags", []):
+            source = cell.get("source", "")
+            try:
+                tree = ast.parse(source if isinstance(source, str) else "".join(source))
+            except SyntaxError:
+                continue
+            for node in tree.body:
+                targets = node.targets if isinstance(node, ast.Assign) else \
+                    [node.target] if isinstance(node, ast.AnnAssign) else []
+                names += [t.id for t in targets if isinstance(t, ast.Name)]
+    return names
+
+
+def skip_errors(skip: Sequence[str], targets, migrate: bool = False) -> List[str]:
+    """``--skip PARTS`` (each part known and once: the argument's type): ``export`` goes with ``onnx``; not with
+    ``--migrate``; and every selected row's notebook declares the ``skip`` parameter."""
+    from common.spec import skip_error
+    if not skip:
+        return []
+    text = ",".join(skip)
+    errors = []
+    problem = skip_error(list(skip))
+    if problem:
+        errors.append("--skip %s: %s (--skip %s)" % (text, problem, ",".join(
+            list(skip) + [p for p in ("onnx",) if p not in skip])))
+    if migrate:
+        errors.append("--skip %s leaves parts out of a timed run; --migrate times nothing and loads the exports: "
+                      "drop --skip" % text)
+    lacking = []
+    for t in targets:
+        names = notebook_parameter_names(t.notebook_path)
+        if names is not None and "skip" not in names and t.name not in lacking:
+            lacking.append(t.name)
+    if lacking:
+        one = len(lacking) == 1
+        errors.append("--skip %s: the notebook%s of %s declare%s no skip parameter, so %s cannot leave parts out; run "
+                      "%s without --skip" % (text, "" if one else "s", ", ".join(lacking), "s" if one else "",
+                                             "its run" if one else "their runs", "it" if one else "them"))
+    return errors
+
+
 # ---- run_all.py: every option and variable, before anything is probed, created or started ----------------------
 def _launchers(targets, mxnet_dp: str) -> Dict[str, object]:
     """{target: the launcher its --workers run starts} (runner/launchers.py)."""
@@ -485,6 +539,8 @@ def run_all_errors(args, targets) -> List[str]:
             errors.append("--migrate loads each source's export itself; drop --init-weights")
         if args.migrate_to and not args.migrate:
             errors.append("--migrate-to names the destinations of --migrate; add --migrate")
+    if not args.list and not args.check:
+        errors += skip_errors(args.skip, targets, args.migrate)
     if args.wheelhouse_python and not re.match(r"^3\.\d+$", args.wheelhouse_python):
         errors.append("--wheelhouse-python %s: expected a version such as 3.12" % args.wheelhouse_python)
     if (args.wheelhouse_python or args.wheelhouse_platform) and not args.prepare_wheelhouse:

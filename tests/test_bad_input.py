@@ -136,6 +136,20 @@ CASES = [
                                        "pytorch=%s" % PY] + RES, ["--python pytorch=", "named twice"]),
     case("migrate-to-twice", RUN_ALL, ["--migrate", "--migrate-to", "jax,jax"] + RES,
          ["argument --migrate-to", "names jax twice"]),
+    # ---- --skip: the parts a notebook leaves out -------------------------------------------------------------------
+    case("skip-unknown-part", RUN_ALL, ["--frameworks", "pytorch", "--skip", "warmup"] + RES,
+         ["argument --skip", "unknown part 'warmup'", "export, onnx, forward"]),
+    case("skip-empty-item", RUN_ALL, ["--frameworks", "pytorch", "--skip", "onnx,,forward"] + RES,
+         ["argument --skip", "empty item"]),
+    case("skip-empty", RUN_ALL, ["--frameworks", "pytorch", "--skip", ""] + RES, ["argument --skip", "no part given"]),
+    case("skip-twice", RUN_ALL, ["--frameworks", "pytorch", "--skip", "forward,forward"] + RES,
+         ["argument --skip", "names forward twice"]),
+    case("skip-export-without-onnx", RUN_ALL, ["--frameworks", "pytorch", "--skip", "export"] + RES,
+         ["--skip export", "starts from the files the export writes", "--skip export,onnx"]),
+    case("skip-a-notebook-without-the-parameter", RUN_ALL, ["--frameworks", "pytorch,mxnet", "--skip", "forward"]
+         + RES, ["--skip forward", "mxnet", "no skip parameter", "without --skip"]),
+    case("skip-with-migrate", RUN_ALL, ["--migrate", "--frameworks", "pytorch", "--skip", "onnx"] + RES,
+         ["--skip onnx", "--migrate", "drop --skip"]),
     # ---- what already worked --------------------------------------------------------------------------------------
     case("unknown-framework", RUN_ALL, ["--frameworks", "theano"] + RES, ["argument --frameworks", "'theano'"]),
     case("unknown-preset", RUN_ALL, ["--preset", "huge"] + RES, ["argument --preset", "'huge'"]),
@@ -269,7 +283,8 @@ def test_every_issue_case_is_in_the_table():
                  "runner-current-broken-import", "envs-dir-in-proc", "workers-100000", "batch-and-scale-a-billion",
                  "timeout-1e20", "frameworks-empty-item-and-twice", "report-results-dir-misspelt",
                  "report-unknown-argument", "rosetta-unknown-argument", "simulate-hosts-up-huge",
-                 "simulate-hosts-up-08", "simulate-hosts-up-extra"):
+                 "simulate-hosts-up-08", "simulate-hosts-up-extra", "skip-unknown-part", "skip-empty-item",
+                 "skip-twice", "skip-a-notebook-without-the-parameter"):
         assert name in ids, name
 
 
