@@ -8,7 +8,7 @@ import numpy as np
 
 from .report_records import (_bench_groups, _bench_title, _flops, _group_key, _group_title, _groups, _label,
                              _number, _ok, _speed, flop_unit, pytorch_twin, trajectory)
-from .report_tables import summary_groups, summary_title
+from .report_tables import device_short_names, summary_groups, summary_title
 
 
 PLOTS = OrderedDict([
@@ -49,16 +49,21 @@ def plot_summary(records: List[dict], path: str) -> bool:
     plt = _plt()
     fig, axes = plt.subplots(len(groups), 1, figsize=(9, 0.9 + sum(0.32 * len(g) + 0.7 for g in groups.values())),
                              squeeze=False, gridspec_kw={"height_ratios": [len(g) + 1 for g in groups.values()]})
-    for i, (ax, (key, recs)) in enumerate(zip(axes[:, 0], groups.items()), 1):
+    short = device_short_names(groups)
+    for ax, (key, recs) in zip(axes[:, 0], groups.items()):
         recs = sorted(recs, key=_speed)
         top = _speed(recs[-1])
         ax.barh(["%s, batch %d" % (r["target"], r["batch_size"]) for r in recs], [_speed(r) for r in recs],
                 color="#4477aa")
+        alone = len(set(r["target"] for r in recs)) < 2       # one framework: nothing to rank it against
         for j, r in enumerate(recs):
-            ax.text(_speed(r), j, " %s (%.2f)" % ("%.0f" % _speed(r) if _speed(r) >= 1000 else "%.3g" % _speed(r), _speed(r) / top), va="center", fontsize=8)
+            value = "%.0f" % _speed(r) if _speed(r) >= 1000 else "%.3g" % _speed(r)
+            ax.text(_speed(r), j, " " + value + ("" if alone else " (%.2f)" % (_speed(r) / top)), va="center",
+                    fontsize=8)
         ax.set_xlim(0, top * 1.25)
         ax.set_xlabel("seconds of audio trained per second (\u00f7 the fastest)", fontsize=8)
-        ax.set_title("#%d: %s" % (i, summary_title(key, recs)), fontsize=9)
+        name = key[1] or key[0] or "an unknown device"
+        ax.set_title("%s \u00b7 %s: %s" % (short[name], key[2], summary_title(key, recs)), fontsize=9)
         ax.tick_params(labelsize=8)
     fig.tight_layout()
     _save(fig, path)

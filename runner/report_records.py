@@ -1,5 +1,6 @@
 """results.md's building blocks: selecting, grouping and naming result records, and the Markdown
 table helpers every section uses (split out of runner/report.py; ``runner.report`` re-exports these names)."""
+import re
 from collections import OrderedDict
 from typing import List, Optional
 
@@ -13,8 +14,66 @@ K_STEPS = 10          # losses compared across frameworks: the first K training 
 
 
 # ---- selecting and naming records ---------------------------------------------------------
+def dp_label(rec: dict) -> str:
+    """A data-parallel record's workers, MXNet's mode and the hosts ("2 workers, dist_sync, 2 hosts"); "" for a
+    one-process record."""
+    d = rec.get("distributed") or {}
+    workers = d.get("world_size")
+    if not isinstance(workers, int) or workers <= 1:
+        return ""
+    parts = ["%d workers" % workers]
+    if d.get("mxnet_dp"):
+        parts.append(str(d["mxnet_dp"]))
+    hosts = d.get("hosts") or []
+    if len(hosts) > 1:
+        parts.append("%d hosts" % len(hosts))
+    return ", ".join(parts)
+
+
+def row_name(rec: dict) -> str:
+    """The row's target, with its data-parallel setting and *as installed* where they apply:
+    ``mxnet (2 workers, dist_sync, 2 hosts)``, ``pytorch (as installed)``."""
+    dp = dp_label(rec)
+    return rec["target"] + (" (%s)" % dp if dp else "") + (" (as installed)" if rec.get("as_is") else "")
+
+
 def _label(rec: dict) -> str:
-    return "%s %s%s" % (rec["target"], rec.get("precision") or "", " (as installed)" if rec.get("as_is") else "")
+    """The row's target and precision, with its data-parallel setting and *as installed* where they apply."""
+    dp = dp_label(rec)
+    return "%s %s%s%s" % (rec["target"], rec.get("precision") or "", " (%s)" % dp if dp else "",
+                          " (as installed)" if rec.get("as_is") else "")
+
+
+#: a failed record's reason when a signal or a time limit stopped the run (runner/interrupt.py, runner/execute.py,
+#: runner/supervise.py), not the notebook's own error
+STOPPED = re.compile(r"^(interrupted|terminated|stopped) \(SIG[A-Z0-9]+\)|^a cell ran past the .* timeout"
+                     r"|^timed out after ")
+
+
+def stopped_early(rec: dict) -> bool:
+    """The run did not finish because a signal or a time limit stopped it."""
+    return rec.get("status") == "failed" and bool(STOPPED.search(str(rec.get("error") or "")))
+
+
+#: words a device's name can lose in a column header: vendors, brands and trademarks
+_DEVICE_NOISE = {"nvidia", "amd", "intel", "geforce", "tesla", "cpu", "processor", "apple", "graphics"}
+_FAMILIES = {"rtx", "gtx", "quadro", "titan", "radeon", "instinct", "arc", "core", "ryzen"}
+
+
+def short_device(name: Optional[str]) -> str:
+    """A device's name for a column header: "NVIDIA H200" -> "H200", "Intel(R) Xeon(R) Processor" -> "Xeon",
+    "AMD EPYC 7B13" -> "EPYC", "NVIDIA GeForce RTX 4090" -> "RTX 4090", "NVIDIA A100-SXM4-80GB" -> "A100",
+    "Intel(R) Core(TM) i7-8700 CPU" -> "Core i7"."""
+    if not name:
+        return "?"
+    text = re.sub(r"\((R|TM|tm|r)\)|@.*$", " ", str(name))
+    words = [w for w in text.split() if w.lower() not in _DEVICE_NOISE and not re.match(r"^\d+-core$", w, re.I)]
+    if not words:
+        return str(name)
+    first = words[0].split("-")[0] or words[0]
+    if first.lower() in _FAMILIES and len(words) > 1:
+        return "%s %s" % (first, words[1].split("-")[0] or words[1])
+    return first
 
 
 def _group_key(rec: dict):

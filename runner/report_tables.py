@@ -1,18 +1,20 @@
 """results.md's speed tables: the summary, the table of record, speed and efficiency, the measured matmul
 peaks, the profile shares and the step time per utterance length (split out of runner/report.py)."""
 import os
+import subprocess
 from collections import OrderedDict
 from typing import List, Optional
 
 from common import results
 from common.flops import sequential_share
 from common.profile import CATEGORIES
-from common.spec import FULL_MODEL
+from common.spec import FULL_MODEL, PRESETS
 
 from .bootstrap import ROOT
 from .report_latency import latency_share
 from .report_records import (_bench_groups, _bench_key, _bench_title, _flops, _fmt, _label, _number, _ok,
-                             _roofline, _speed, flop_unit, is_variant, md_table, row_of_record)
+                             _roofline, _speed, dp_label, flop_unit, is_variant, md_table, row_name, row_of_record,
+                             short_device, stopped_early)
 
 
 # ---- the summary: one group per device and preset --------------------------------------------------------
@@ -55,9 +57,52 @@ def summary_title(key, recs: List[dict]) -> str:
     return "%s on %s%s%s" % (preset, name or dtype or "an unknown device", as_is, ", %s" % day if day else "")
 
 
+def device_short_names(keys) -> "OrderedDict":
+    """{device name: its name in a column header} for the summary's groups: :func:`short_device`, or the full name
+    where two devices would get the same short one."""
+    full = list(OrderedDict.fromkeys(name or dtype or "an unknown device" for dtype, name, _ in keys))
+    short = OrderedDict((n, short_device(n)) for n in full)
+    clash = {s for s in short.values() if list(short.values()).count(s) > 1}
+    return OrderedDict((n, n if s in clash else s) for n, s in short.items())
+
+
+def summary_column(key, batch: int, short: dict) -> str:
+    """A summary column's header: device, preset and batch size ("H200 \u00b7 quick \u00b7 bs 32")."""
+    dtype, name, preset = key
+    return "%s \u00b7 %s \u00b7 bs %d" % (short[name or dtype or "an unknown device"], preset, batch)
+
+
+#: the summary's cell of a row that a signal or a time limit stopped
+NOT_FINISHED = "not finished (interrupted)"
+
+
+def _summary_legend(groups: "OrderedDict", short: dict) -> str:
+    """What the column headers' device names and presets stand for, and when the rows ran."""
+    devices, presets = OrderedDict(), []
+    for (dtype, name, preset), recs in groups.items():
+        devices.setdefault(name or dtype or "an unknown device", []).extend(recs)
+        if preset not in presets:
+            presets.append(preset)
+    parts = []
+    for full, recs in devices.items():
+        days = sorted(set(((r.get("run") or {}).get("finished") or "")[:10] for r in recs) - {""})
+        when = " to ".join([days[0], days[-1]] if len(days) > 1 else days)
+        as_is = [bool(r.get("as_is")) for r in recs]
+        installed = ("its frameworks as installed, `--use-installed`" if all(as_is)
+                     else "some rows with frameworks as installed, `--use-installed`" if any(as_is) else "")
+        extra = "; ".join(x for x in (when, installed) if x)
+        parts.append("%s%s%s" % (short[full] + " = " if short[full] != full else "", full,
+                                 " (%s)" % extra if extra else ""))
+    described = ["%s = %s" % (p, PRESETS[p].purpose) for p in presets if p in PRESETS]
+    return ("Devices: %s. Presets: %s. Why a row did not finish: its status in the table of record."
+            % ("; ".join(parts), "; ".join(described) or ", ".join(str(p) for p in presets)))
+
+
 def summary_section(records: List[dict]) -> List[str]:
-    """The page's first lines: per device and preset, each framework's audio s/s at each batch size, its rank in
-    the group and its ratio to the group's fastest; and, when no record ran on a GPU, that sentence."""
+    """The page's first lines, readable on their own (README.md copies them): per device and preset, each row of
+    record's audio s/s at each batch size, its rank in the group and its ratio to the group's fastest -- where at
+    least two frameworks finished there -- under column headers that name the device, the preset and the batch
+    size; then what the device names and presets stand for; and, when no record ran on a GPU, that sentence."""
     groups = summary_groups(records)
     no_gpu = not any((r.get("device") or {}).get("type") == "cuda" for r in records)
     gpu_line = ("No record here ran on a GPU: `python run_all.py` on a machine with an NVIDIA GPU makes them."
@@ -67,31 +112,43 @@ def summary_section(records: List[dict]) -> List[str]:
     columns = []                                      # (group key, batch size)
     for key, recs in groups.items():
         columns += [(key, b) for b in sorted(set(r["batch_size"] for r in recs))]
+    unfinished = {}                                   # group -> the rows of record that did not finish there
+    for rec in records:
+        key = summary_key(rec)
+        if key in groups and rec.get("status") != "ok" and _summary_row(rec):
+            unfinished.setdefault(key, []).append(rec)
     cell, ranked = {}, {}
     for key, recs in groups.items():
         top = max(_speed(r) for r in recs)
+        alone = len(set(r["target"] for r in recs)) < 2
+        others = set(r["target"] for r in unfinished.get(key, [])) - set(r["target"] for r in recs)
         for rank, rec in enumerate(sorted(recs, key=lambda r: -_speed(r)), 1):
             speed = _fmt(_speed(rec), "{:.0f}" if _speed(rec) >= 1000 else "{:.3g}")
-            cell[(rec["target"], key, rec["batch_size"])] = "%s (%d, %.2f)" % (speed, rank, _speed(rec) / top)
+            cell[(rec["target"], key, rec["batch_size"])] = (
+                "%s (no other framework %s)" % (speed, "finished" if others else "ran") if alone
+                else "%s (#%d, %.2f)" % (speed, rank, _speed(rec) / top))
             ranked.setdefault(key, []).append(rec["target"])
-    for rec in records:                               # a row of the group that did not finish: its status
-        key = summary_key(rec)
-        if key in groups and rec.get("status") != "ok" and _summary_row(rec):
-            cell.setdefault((rec["target"], key, rec["batch_size"]), rec.get("status") or "failed")
+    for key, recs in unfinished.items():              # a row of the group that did not finish: why, in a word
+        for rec in recs:
+            cell.setdefault((rec["target"], key, rec["batch_size"]),
+                            NOT_FINISHED if stopped_early(rec) else rec.get("status") or "failed")
             ranked[key].append(rec["target"])
     names = []
     for key in groups:                                # the first group's ranking, then what it lacks
         for name in ranked[key]:
             if name not in names:
                 names.append(name)
-    head = ["Row"] + ["#%d %s, batch %d" % (list(groups).index(k) + 1, k[2], b) for k, b in columns]
-    lines = ["## Summary", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    short = device_short_names(groups)
+    head = ["Row"] + [summary_column(k, b, short) for k, b in columns]
+    lines = ["## Summary", "",
+             "Seconds of audio trained per second by each framework's row of record (fp32, one process). A column is "
+             "one device, preset and batch size (bs); in brackets, the row's rank among all rows of that device and "
+             "preset (any batch size) and its speed \u00f7 the fastest of them. Compare rows of one device and "
+             "preset only.", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name in names:
         lines.append("| %s | %s |" % (name, " | ".join(cell.get((name, k, b), "\u2013") for k, b in columns)))
-    legend = "; ".join("#%d: %s" % (i, summary_title(k, groups[k])) for i, k in enumerate(groups, 1))
-    lines += ["", "Seconds of audio trained per second (rank in its group, \u00f7 the group's fastest); rows of "
-              "record at fp32, in the order of group #1; a row that did not finish says so (its reason: the table of "
-              "record). %s. %s" % (legend, gpu_line), ""]
+    lines += ["", _summary_legend(groups, short) + (" " + gpu_line if gpu_line else ""), ""]
     return lines
 
 
@@ -101,20 +158,43 @@ RECORD_COLUMNS = [c[0] for c in results.TABLE_COLUMNS if c[0] not in ("Device", 
                                                                        "Params")]
 
 
+def _ignored(path: str) -> bool:
+    """A path a clone of the project lacks: in a hidden folder (``results/.staging``) or one .gitignore excludes."""
+    rel = os.path.relpath(path, ROOT)
+    if any(part.startswith(".") and part not in (".", "..") for part in rel.split(os.sep)):
+        return True
+    if rel.startswith(".."):                          # outside the repository: no .gitignore applies
+        return False
+    try:
+        return subprocess.run(["git", "check-ignore", "-q", rel], cwd=ROOT, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL).returncode == 0
+    except OSError:                                   # no git: the hidden-folder rule alone
+        return False
+
+
 def notebook_link(rec: dict, output: str) -> Optional[str]:
-    """A Markdown link from ``output`` to the record's executed notebook, where that file exists."""
-    path = (rec.get("run") or {}).get("executed_notebook")
-    if not path:
-        return None
-    path = path if os.path.isabs(path) else os.path.join(ROOT, path)
-    if not os.path.exists(path):
-        return None
-    return "[ipynb](%s)" % os.path.relpath(path, os.path.dirname(os.path.abspath(output)))
+    """A Markdown link from ``output`` to the record's executed notebook, where that file exists and a clone has it;
+    a data-parallel row ran a script made from its notebook and kept out of the repository: a link to that
+    notebook (its section 9b) instead."""
+    rel = lambda p: os.path.relpath(p, os.path.dirname(os.path.abspath(output)))  # noqa: E731
+    run = rec.get("run") or {}
+    path = run.get("executed_notebook")
+    if path:
+        path = path if os.path.isabs(path) else os.path.join(ROOT, path)
+        if os.path.exists(path) and not _ignored(path):
+            return "[ipynb](%s)" % rel(path)
+    source = run.get("notebook")
+    if dp_label(rec) and source:
+        source = source if os.path.isabs(source) else os.path.join(ROOT, source)
+        if os.path.exists(source) and not _ignored(source):
+            return "[source, 9b](%s)" % rel(source)
+    return None
 
 
 def record_tables(records: List[dict], output: str) -> List[str]:
     """The table of record, one table per device and preset (every batch size and precision of them), each
-    under its heading: the summary's groups first, in its order, then groups with no completed row."""
+    under its heading: the summary's groups first, in its order, then groups with no completed row.  A
+    data-parallel row's API / variant names its workers, MXNet's mode and its hosts."""
     groups = OrderedDict()
     for rec in sorted(records, key=lambda r: _summary_order(summary_key(r))):
         groups.setdefault(summary_key(rec), []).append(rec)
@@ -122,6 +202,11 @@ def record_tables(records: List[dict], output: str) -> List[str]:
     for key, recs in groups.items():
         df = results.records_frame(recs)
         df["notebook_link"] = [notebook_link(r, output) for r in recs]
+        if any(dp_label(r) for r in recs):            # "Gluon / 2 workers, dist_sync, 2 hosts"
+            df["variant"] = [" / ".join(x for x in ((r.get("variant") or ""), dp_label(r)) if x) or None
+                             for r in recs]
+            if "distributed.world_size" in df:
+                df["distributed.world_size"] = None
         lines += ["### %s" % summary_title(key, recs), "", results.render_markdown(df, RECORD_COLUMNS)]
     return lines
 
@@ -160,7 +245,7 @@ def speed_rows(records: List[dict], latency: Optional[dict] = None) -> "OrderedD
             twin = None if is_variant(rec) or speed is None else fastest_variant(rec, records)
             status = rec.get("status") or "?"
             rows.append(OrderedDict([
-                ("Row", rec["target"] + (" (as installed)" if rec.get("as_is") else "")),
+                ("Row", row_name(rec)),
                 ("Framework", rec.get("framework")),
                 ("Variant", (rec.get("variant") or rec["target"].partition("+")[2] or "?") if is_variant(rec)
                  else "(row of record)"),
@@ -203,7 +288,7 @@ def peak_rows(records: List[dict]) -> "OrderedDict":
             peak = f.get("peak_matmul") or {}
             if not peak:
                 continue
-            row = OrderedDict([("Row", rec["target"]), ("Preset", rec.get("preset")),
+            row = OrderedDict([("Row", row_name(rec)), ("Preset", rec.get("preset")),
                                ("Precision", rec.get("precision")), ("Batch", rec.get("batch_size"))])
             shapes = []
             for name in ("square", "input", "recurrent"):

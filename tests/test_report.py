@@ -348,13 +348,16 @@ def test_summary_ranks_each_device_and_preset_apart_and_tables_follow_its_groups
     md = _grouped_records(tmp_path)
     summary = md.split("## Summary")[1].split("\n## ")[0]
     assert len([l for l in summary.strip().splitlines()]) <= 15
-    assert "| Row | #1 cpu, batch 8 | #1 cpu, batch 32 | #2 smoke, batch 8 |" in summary
+    # the column headers name the device (short), the preset and the batch size
+    assert "| Row | Xeon \u00b7 cpu \u00b7 bs 8 | Xeon \u00b7 cpu \u00b7 bs 32 | EPYC \u00b7 smoke \u00b7 bs 8 |" in summary
     rows = [l for l in summary.splitlines() if l.startswith("| ") and not l.startswith("| Row")]
-    # group #1 (the full-width cpu preset) ranks first: cntk 9.0 (1), pytorch 7.5 (3 at batch 32)...
-    assert rows[0] == "| cntk | 8 (2, 0.89) | 9 (1, 1.00) | \u2013 |"
-    assert rows[1] == "| pytorch | 6 (4, 0.67) | 7.5 (3, 0.83) | 500 (2, 0.71) |"
-    assert rows[2] == "| mxnet | \u2013 | \u2013 | 700 (1, 1.00) |"
-    assert "#1: cpu on Intel Xeon, 2026-11-21; #2: smoke on AMD EPYC, 2026-11-21" in summary
+    # the first group (the full-width cpu preset) ranks first: cntk 9.0 (#1), pytorch 7.5 (#3 at batch 32)...
+    assert rows[0] == "| cntk | 8 (#2, 0.89) | 9 (#1, 1.00) | \u2013 |"
+    assert rows[1] == "| pytorch | 6 (#4, 0.67) | 7.5 (#3, 0.83) | 500 (#2, 0.71) |"
+    assert rows[2] == "| mxnet | \u2013 | \u2013 | 700 (#1, 1.00) |"
+    # the legend says what the short names and presets stand for, and when
+    assert "Xeon = Intel Xeon (2026-11-21); EPYC = AMD EPYC (2026-11-21)" in summary
+    assert "smoke = CPU, CI and tests" in summary and "#1:" not in summary
     # the table of record: one table per device and preset, in the summary's order, without constant columns
     table = md.split("## Table of record")[1].split("\n## ")[0]
     assert [l for l in table.splitlines() if l.startswith("### ")] == [
@@ -369,7 +372,7 @@ def test_summary_ranks_each_device_and_preset_apart_and_tables_follow_its_groups
     # provenance: per command and machine
     made = md.split("## How these records were made")[1]
     assert "| Command | Machine |" in made and "AMD EPYC" in made
-    assert "which 1 command(s) made on 1 machine(s)" in md
+    assert "which 1 command made on 1 machine ([how these records were made](#how-these-records-were-made))" in md
 
 
 def test_no_gpu_sentence_appears_exactly_when_no_record_ran_on_a_gpu(tmp_path):
@@ -377,8 +380,11 @@ def test_no_gpu_sentence_appears_exactly_when_no_record_ran_on_a_gpu(tmp_path):
     assert sentence in _grouped_records(tmp_path / "a").split("## Table of record")[0]
     with_gpu = _grouped_records(tmp_path / "b", gpu=True)
     assert sentence not in with_gpu
-    assert "| Row | #1 smoke, batch 8 |" in with_gpu                  # the GPU group first
-    assert "#1: smoke on NVIDIA H100" in with_gpu
+    assert "| Row | H100 \u00b7 smoke \u00b7 bs 8 |" in with_gpu                  # the GPU group first
+    assert "H100 = NVIDIA H100 (2026-11-21)" in with_gpu
+    # a group where only one framework ran: said so, not ranked
+    row = [l for l in with_gpu.splitlines() if l.startswith("| jax |")][0]
+    assert row.startswith("| jax | 9000 (no other framework ran) |"), row
 
 
 def test_onnx_table_has_only_records_with_an_onnx_section(tmp_path):
@@ -459,3 +465,106 @@ def test_latency_roofline_column_for_the_card_with_figures(tmp_path):
     assert "% of latency roofline" in header
     assert rows[("pytorch", "32")]["% of latency roofline"] == "%.1f" % (100 * 2000.0 / bound)
     assert "% of latency roofline" not in _table_rows(smoke, "Row")[0]      # no figures for the CPU
+
+
+# ---- the summary on its own: device names, rows that did not finish, data-parallel rows, the third line -------
+@pytest.mark.parametrize("name, short", [
+    ("NVIDIA H200", "H200"), ("Intel(R) Xeon(R) Processor", "Xeon"), ("AMD EPYC", "EPYC"),
+    ("AMD EPYC 7B13 64-Core Processor", "EPYC"), ("NVIDIA GeForce RTX 4090", "RTX 4090"),
+    ("NVIDIA A100-SXM4-80GB", "A100"), ("NVIDIA H100 80GB HBM3", "H100"), (None, "?")])
+def test_short_device_names(name, short):
+    assert report.short_device(name) == short
+
+
+def test_two_devices_with_one_short_name_keep_their_full_names():
+    keys = [("cuda", "NVIDIA H100 80GB HBM3", "quick"), ("cuda", "NVIDIA H100 PCIe", "quick"),
+            ("cpu", "AMD EPYC", "smoke")]
+    assert list(report.device_short_names(keys).values()) == ["NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "EPYC"]
+
+
+def _summary_of(tmp_path, recs, command="python -m runner.report"):
+    d = tmp_path / "results" / "records"
+    d.mkdir(parents=True)
+    for i, rec in enumerate(recs):
+        results.write_record(str(d / ("%02d_%s.json" % (i, rec["target"]))), rec)
+    md = report.render(str(tmp_path / "results"), command, "abc", str(tmp_path / "results.md"))
+    return md, md.split("## Summary")[1].split("\n## ")[0]
+
+
+@pytest.mark.parametrize("error", ["interrupted (SIGINT)", "terminated (SIGTERM)", "a cell ran past the 900 s timeout",
+                                   "timed out after 900 s (--timeout)"])
+def test_a_row_stopped_by_a_signal_or_a_time_limit_is_not_finished_and_the_lone_row_is_not_ranked(tmp_path, error):
+    stopped = results.failed_record("jax", "failed", error, framework="JAX", preset="smoke", precision="fp32",
+                                    batch_size=8, device={"type": "cpu", "name": "AMD EPYC"})
+    broken = results.failed_record("mxnet", "failed", "MXNetError: no kernel image", framework="MXNet",
+                                   preset="smoke", precision="fp32", batch_size=8,
+                                   device={"type": "cpu", "name": "AMD EPYC"})
+    md, summary = _summary_of(tmp_path, [fixture_record("pytorch", "PyTorch", LOSSES, 500.0), stopped, broken])
+    rows = {l.split(" | ")[0][2:]: l for l in summary.splitlines() if l.startswith("| ") and "Row" not in l}
+    assert rows["pytorch"] == "| pytorch | 500 (no other framework finished) |"
+    assert rows["jax"] == "| jax | not finished (interrupted) |"
+    assert rows["mxnet"] == "| mxnet | failed |"
+    assert "failed: %s" % error in md.split("## Table of record")[1]        # the reason, in the table of record
+
+
+def _dp_record(tmp_path, target, framework, speed, mode=None, hosts=2):
+    staging = tmp_path / "results" / ".staging"
+    staging.mkdir(parents=True, exist_ok=True)
+    script = staging / ("%s_w2.py" % target)
+    script.write_text("# made from the notebook\n")
+    rec = fixture_record(target, framework, LOSSES, speed, device="Intel Xeon", preset="smoke",
+                         distributed=dict({"world_size": 2}, **dict(
+                             {"hosts": [{"host": "a", "processes": 1}, {"host": "b", "processes": 1}]} if hosts > 1
+                             else {}, **({"mxnet_dp": mode} if mode else {}))))
+    rec["run"] = dict(rec["run"], executed_notebook=str(script), notebook="notebooks/%s" % {
+        "mxnet": "MXNet_DS2.ipynb", "pytorch": "PyTorch_DS2.ipynb"}[target])
+    return rec
+
+
+def test_data_parallel_rows_are_labelled_in_every_table_and_link_their_committed_notebook(tmp_path):
+    recs = [fixture_record("pytorch", "PyTorch", LOSSES, 500.0, device="Intel Xeon"),
+            _dp_record(tmp_path, "pytorch", "PyTorch", 300.0),
+            _dp_record(tmp_path, "mxnet", "MXNet", 400.0, mode="dist_sync"),
+            _dp_record(tmp_path, "mxnet", "MXNet", 380.0, mode="local", hosts=1)]
+    md, summary = _summary_of(tmp_path, recs)
+    assert "2 workers" not in summary                                 # the summary is one process per row
+    table = md.split("## Table of record")[1].split("\n## ")[0]
+    for label in ("torch.nn / 2 workers, 2 hosts", "api of MXNet / 2 workers, dist_sync, 2 hosts",
+                  "api of MXNet / 2 workers, local |"):
+        assert label.replace("torch.nn", "api of PyTorch") in table, label
+    assert ".staging" not in md and md.count("[source, 9b](") == 3
+    assert "notebooks/MXNet_DS2.ipynb)" in table
+    for section in ("## Speed and efficiency", "## Step time per utterance length", "## Environments",
+                    "## How these records were made"):
+        text = md.split(section)[1].split("\n## ")[0]
+        assert "mxnet" in text and "2 workers, dist_sync, 2 hosts" in text and "2 workers, local" in text, section
+
+
+def test_the_third_line_names_the_report_and_its_records(tmp_path):
+    recs = [fixture_record("pytorch", "PyTorch", LOSSES, 500.0), fixture_record("jax", "JAX", LOSSES, 400.0)]
+    md, _ = _summary_of(tmp_path / "a", recs)
+    line = md.splitlines()[2]
+    assert line.startswith("Generated by `python -m runner.report` (commit `abc`) on ") and \
+        "from 2 result record(s) in `results/records`, which 1 command made on 1 machine " \
+        "([how these records were made](#how-these-records-were-made)); never edited by hand." in line
+    md, _ = _summary_of(tmp_path / "b", recs, command="python run_all.py --frameworks jax")
+    line = md.splitlines()[2]
+    assert line.startswith("Generated by `python run_all.py --frameworks jax` (commit `abc`) on ") and \
+        ": after its own rows it regenerated this page, as `python -m runner.report` does, from 2 result " \
+        "record(s)" in line
+
+
+def test_readme_copy_of_the_summary_is_rewritten_between_its_markers(tmp_path, records_dir):
+    page = report.render(str(records_dir), "python -m runner.report", "abc", str(tmp_path / "results.md"))
+    block = report.summary_block(page)
+    assert block.startswith("Seconds of audio trained per second") and "| Row |" in block
+    assert "![" not in block and "## " not in block
+    readme = tmp_path / "README.md"
+    readme.write_text("# Title\n\n%s\n\nold table\n\n%s\n\nAfter.\n" % (report.README_BEGIN, report.README_END))
+    assert report.sync_readme(page, str(readme))
+    assert readme.read_text() == "# Title\n\n%s\n\n%s\n\n%s\n\nAfter.\n" % (report.README_BEGIN, block,
+                                                                          report.README_END)
+    assert not report.sync_readme(page, str(readme))                # current: left alone
+    plain = tmp_path / "plain.md"
+    plain.write_text("no markers\n")
+    assert not report.sync_readme(page, str(plain)) and plain.read_text() == "no markers\n"
