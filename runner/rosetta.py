@@ -25,7 +25,7 @@ from common.results import atomic_write_text
 
 from . import translation
 from .bootstrap import ROOT
-from .targets import TARGETS
+from .targets import ALL_TARGETS, TARGETS
 from .validate import OneLineParser, refuse
 
 #: the steps, in notebook order: (tag, title, what a reader compares there)
@@ -67,6 +67,21 @@ def notebooks() -> "OrderedDict":
     for t in TARGETS.values():
         if t.notebook not in out and os.path.exists(t.notebook_path):
             out[t.notebook] = t.notebook.replace("_DS2.ipynb", "").replace("_", "/").replace("Keras3", "Keras 3")
+    return out
+
+
+def pair_names(names: List[str]) -> "OrderedDict":
+    """{lower-case name: page label} that a pair link (``rosetta.html#left=jax&right=keras-torch``) accepts: each
+    label ("JAX/Flax"), its parts ("JAX", "Flax") and its spelling without spaces ("Keras3"), and every row and
+    variant target ("jax", "keras-torch", "pytorch+compile"), matched without regard to case."""
+    labels = {nb: name for nb, name in notebooks().items()}
+    out = OrderedDict()
+    for name in names:
+        for alias in [name, name.replace(" ", "")] + name.split("/"):
+            out.setdefault(alias.lower(), name)
+    for row, target in ALL_TARGETS.items():
+        if labels.get(target.notebook) in names:
+            out.setdefault(row.lower(), labels[target.notebook])
     return out
 
 
@@ -193,13 +208,15 @@ p.what { margin: 0 1em .5em; color: #555; }
 pre { background: #fafafa; border: 1px solid #ddd; padding: .6em; overflow-x: auto; font-size: 12px; margin: .3em 0; }
 .md { font-size: 13px; background: #fffdf3; border: 1px solid #eee; padding: .2em .6em; margin: .3em 0; overflow-x: auto; }
 .md h4.nbh { font-size: 1em; margin: .5em 0 .3em; }
-.md table { border-collapse: collapse; margin: .4em 0; }
-.md th, .md td { border: 1px solid #ccc; padding: .2em .4em; vertical-align: top; text-align: left; }
+.md table { border-collapse: collapse; margin: .4em 0; max-width: 100%; }
+.md th, .md td { border: 1px solid #ccc; padding: .2em .4em; vertical-align: top; text-align: left;
+                 overflow-wrap: anywhere; }
 .md th { background: #f0ede0; }
 .md code { background: #f3f3f3; padding: 0 .2em; border-radius: 3px; font-size: 12px; }
 .md pre code { background: none; padding: 0; }
 .md ul, .md ol { padding-left: 1.4em; }
 .none { color: #999; font-style: italic; }
+#pick-note { margin: .4em 0 0; padding: .3em .6em; background: #fff0f0; border: 1px solid #d88; color: #900; }
 """
 
 HTML_HEAD = """<!DOCTYPE html>
@@ -209,18 +226,35 @@ HTML_HEAD = """<!DOCTYPE html>
 <header>DS2 Rosetta &mdash; compare
 <select id="left"></select> with <select id="right"></select>
 <small>(generated from the notebooks by <code>python -m runner.rosetta</code>; do not edit;
-link to a pair: <code>rosetta.html#left=MXNet&amp;right=CNTK</code>)</small></header>
+link to a pair by label or row name, in any case: <code>rosetta.html#left=MXNet&amp;right=CNTK</code>,
+<code>rosetta.html#left=pytorch&amp;right=jax</code>)</small>
+<p id="pick-note" role="alert" hidden></p></header>
 """
 
 HTML_SCRIPT = """<script>
 const names = %s;
+const aliases = %s;   // lower-case label, part of a label, or row name -> label
+const rows = %s;
 const l = document.getElementById("left"), r = document.getElementById("right");
+const note = document.getElementById("pick-note");
 for (const n of names) { l.add(new Option(n, n)); r.add(new Option(n, n)); }
-function fromHash() {   // rosetta.html#left=MXNet&right=CNTK picks the two frameworks
+function fromHash() {   // rosetta.html#left=MXNet&right=jax picks the two frameworks, by label or row name
   const p = new URLSearchParams(location.hash.slice(1));
-  const pick = function (key, fallback) { return names.indexOf(p.get(key)) >= 0 ? p.get(key) : fallback; };
+  const unknown = [];
+  const pick = function (key, fallback) {
+    const given = p.get(key);
+    if (given === null || given.trim() === "") { return fallback; }
+    const key2 = given.trim().toLowerCase();
+    if (Object.prototype.hasOwnProperty.call(aliases, key2)) { return aliases[key2]; }
+    unknown.push("\u201c" + given + "\u201d (" + key + ")");
+    return fallback;
+  };
   l.value = pick("left", names[0]);
   r.value = pick("right", names[Math.min(1, names.length - 1)]);
+  note.hidden = unknown.length === 0;
+  note.textContent = unknown.length === 0 ? "" : "No framework here is called " + unknown.join(" or ") + "; showing "
+    + l.value + " and " + r.value + " instead. Pick one above, or link by a label (" + names.join(", ")
+    + ") or a row name (" + rows.join(", ") + ").";
 }
 function show() {   // each step holds every framework once: show the two picked, left one first
   document.querySelectorAll("[data-fw]").forEach(function (el) {
@@ -232,7 +266,7 @@ function show() {   // each step holds every framework once: show the two picked
   const hash = "#left=" + encodeURIComponent(l.value) + "&right=" + encodeURIComponent(r.value);
   if (location.hash !== hash) { history.replaceState(null, "", hash); }
 }
-l.onchange = show; r.onchange = show;
+l.onchange = r.onchange = function () { note.hidden = true; show(); };
 window.addEventListener("hashchange", function () { fromHash(); show(); });
 fromHash(); show();
 </script></body></html>
@@ -260,7 +294,8 @@ def render_html(data: "OrderedDict") -> str:
                            else highlight(c["source"]) for c in cells) or "<p class=\"none\">no cell for this step</p>"
             parts.append("<div class=\"col\" data-fw=\"%s\"><b>%s</b>%s</div>" % (html.escape(name), html.escape(name), body))
         parts.append("</div>")
-    parts.append(HTML_SCRIPT % json.dumps(names))
+    rows = [row for row, t in TARGETS.items() if notebooks().get(t.notebook) in names]
+    parts.append(HTML_SCRIPT % (json.dumps(names), json.dumps(pair_names(names)), json.dumps(rows)))
     return "".join(parts)
 
 

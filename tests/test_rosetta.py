@@ -200,3 +200,66 @@ def test_markdown_cells_are_rendered_with_mistune_and_pygments():
     assert "<table>" in out and "<th>a</th>" in out and "<td><code>c</code></td>" in out
     assert "<script>" not in out and "&lt;script&gt;" in out                # raw HTML is shown, not run
     assert '<div class="hl"><pre><span></span><span class="kn">import</span>' in out
+
+
+def shown_pair(dom):
+    """The two frameworks the page shows, left first, and the message about a name it does not know (or None)."""
+    row = dom.select("div.row")[1]
+    side = {p["data-side"]: p["data-fw"] for p in row.select("div.col[data-fw]") if not p.has_attr("hidden")}
+    note = dom.select_one("#pick-note")
+    return side.get("left"), side.get("right"), None if note is None or note.has_attr("hidden") else note.get_text()
+
+
+def test_a_pair_link_takes_row_names_and_labels_in_any_case_and_says_when_it_does_not_know_one(tmp_path):
+    names = list(rosetta.collect())
+    aliases = rosetta.pair_names(names)
+    for row in TARGETS:                                                   # every row name leads to its notebook
+        assert aliases[row] == rosetta.notebooks()[TARGETS[row].notebook], row
+    for fragment, want in [("left=pytorch&right=jax", ("PyTorch", "JAX/Flax")),
+                           ("left=PyTorch&right=JAX", ("PyTorch", "JAX/Flax")),
+                           ("left=KERAS-TORCH&right=mxnet", ("Keras 3", "MXNet")),
+                           ("left=%s&right=cntk" % quote("keras 3"), ("Keras 3", "CNTK"))]:
+        left, right, note = shown_pair(rendered_dom(tmp_path / fragment.replace("&", "_"), fragment))
+        assert (left, right) == want and note is None, (fragment, left, right, note)
+    left, right, note = shown_pair(rendered_dom(tmp_path / "unknown", "left=pytorch&right=Nope"))
+    assert left == "PyTorch" and right == names[1]
+    assert note and "\u201cNope\u201d (right)" in note and "keras-torch" in note, note
+
+
+#: measures, after the page's own script: every panel shown, then each table's width against its panel's
+MEASURE = """<script>
+window.addEventListener("load", function () {
+  document.querySelectorAll("div.col[data-fw]").forEach(function (c) { c.hidden = false; });
+  const out = [];
+  document.querySelectorAll("div.col[data-fw] table").forEach(function (t) {
+    const col = t.closest("div.col"), box = col.getBoundingClientRect(), tb = t.getBoundingClientRect();
+    out.push({fw: col.dataset.fw, left: tb.left - box.left, right: tb.right - box.right, width: tb.width,
+              panel: box.width, viewport: window.innerWidth});
+  });
+  const pre = document.createElement("pre");
+  pre.id = "measured";
+  pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+});
+</script></body>"""
+
+
+@pytest.mark.parametrize("width", [1280, 1400, 1920])
+def test_rosetta_page_in_chromium_keeps_every_table_inside_its_panel(tmp_path, width):
+    """At common window widths each table of every framework's panel wraps inside the panel: none is wider than
+    its panel or reaches past its right edge (the "defaults this notebook overrides" tables are the widest)."""
+    with open(rosetta.OUTPUTS["html"]) as f:
+        page = f.read()
+    probe = tmp_path / "rosetta.html"
+    probe.write_text(page.replace("</body>", MEASURE, 1))
+    proc = subprocess.run([chromium()] + CHROMIUM_FLAGS + [
+        "--user-data-dir=%s" % (tmp_path / "profile"), "--window-size=%d,1000" % width, "--virtual-time-budget=5000",
+        "--dump-dom", "file://%s#left=PyTorch&right=JAX" % probe],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    from bs4 import BeautifulSoup
+    measured = json.loads(BeautifulSoup(proc.stdout, "html.parser").select_one("#measured").get_text())
+    assert measured and all(abs(m["viewport"] - width) <= 20 for m in measured), measured[:1]
+    assert {m["fw"] for m in measured} >= {"PyTorch", "JAX/Flax"}                 # the overrides tables at least
+    wide = [m for m in measured if m["width"] > m["panel"] + 0.5 or m["right"] > 0.5]
+    assert not wide, wide
