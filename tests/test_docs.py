@@ -1,19 +1,24 @@
-"""The reader's pages: README.md and docs/*.md.
+"""The reader's pages: README.md, docs/*.md, and the generated results.md, ROSETTA.md and docs/rosetta.html.
 
-Every relative link resolves to a file and, where it names one, a heading (GitHub's anchors); no page cites an
-issue number; no table cell is longer than 150 characters; README.md stays within 200 lines and its headline
-table is results.md's summary."""
+Every relative link resolves to a file a clone has (tracked by git) and, where it names one, a heading (GitHub's
+anchors); no page cites an issue number; no table cell of README.md or docs/ is longer than 150 characters;
+README.md stays within 200 lines and its headline is results.md's summary; docs/running.md lists every option
+of run_all.py's parser, and only those."""
 import glob
 import os
 import re
+import subprocess
 
 import pytest
 
 from tests.conftest import ROOT
 
 PAGES = [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
+GENERATED = [os.path.join(ROOT, "results.md"), os.path.join(ROOT, "ROSETTA.md")]
+HTML_PAGES = sorted(glob.glob(os.path.join(ROOT, "docs", "*.html")))
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
 IMAGE = re.compile(r"!\[[^\]]*\]\(([^)\s]+)\)")
+HREF = re.compile(r"""\b(?:href|src)=["']([^"']+)["']""")
 
 
 def prose(text):
@@ -38,20 +43,67 @@ def rel(path):
     return os.path.relpath(path, ROOT)
 
 
-@pytest.mark.parametrize("page", PAGES, ids=rel)
-def test_every_relative_link_resolves_to_a_file_and_heading(page):
-    text = prose(open(page).read())
+def tracked():
+    """The repository's files as a clone has them (``git ls-files``), and the folders that hold them; None
+    without git (an unpacked archive): then a file on disk counts."""
+    try:
+        out = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                             universal_newlines=True)
+    except OSError:
+        return None
+    if out.returncode != 0:
+        return None
+    files = {os.path.normpath(os.path.join(ROOT, f)) for f in out.stdout.split("\0") if f}
+    folders = set()
+    for f in files:
+        d = os.path.dirname(f)
+        while len(d) > len(ROOT) and d not in folders:
+            folders.add(d)
+            d = os.path.dirname(d)
+    return files | folders
+
+
+TRACKED = tracked()
+
+
+def broken_links(page, targets, in_clone=TRACKED):
+    """The links of ``page`` that lead nowhere in a clone: a file git does not track (or, without git, that is not
+    there), or a heading a Markdown page lacks."""
     bad = []
-    for target in LINK.findall(text) + IMAGE.findall(text):
+    for target in targets:
         if re.match(r"^[a-z]+:", target):                  # http:, https:, mailto:
             continue
         path, _, frag = target.partition("#")
         resolved = os.path.normpath(os.path.join(os.path.dirname(page), path)) if path else page
-        if not os.path.exists(resolved):
-            bad.append("%s: no file %s" % (target, rel(resolved)))
+        if not os.path.exists(resolved) or (in_clone is not None and resolved not in in_clone):
+            bad.append("%s: no file %s in a clone" % (target, rel(resolved)))
         elif frag and resolved.endswith(".md") and frag not in anchors(resolved):
             bad.append("%s: no heading #%s in %s" % (target, frag, rel(resolved)))
+    return bad
+
+
+@pytest.mark.parametrize("page", PAGES + GENERATED, ids=rel)
+def test_every_relative_link_resolves_to_a_tracked_file_and_heading(page):
+    text = prose(open(page).read())
+    bad = broken_links(page, LINK.findall(text) + IMAGE.findall(text))
     assert not bad, bad
+
+
+@pytest.mark.parametrize("page", HTML_PAGES, ids=rel)
+def test_every_link_of_an_html_page_resolves_to_a_tracked_file(page):
+    bad = broken_links(page, [t for t in HREF.findall(open(page).read()) if not t.startswith("#")])
+    assert not bad, bad
+
+
+def test_the_link_check_refuses_a_file_a_clone_lacks(tmp_path):
+    page = tmp_path / "page.md"
+    (tmp_path / "kept.md").write_text("# Kept\n")
+    (tmp_path / "ignored.py").write_text("")
+    clone = {str(tmp_path / "kept.md")}
+    assert broken_links(str(page), ["kept.md", "kept.md#kept", "https://example.org/x"], clone) == []
+    assert broken_links(str(page), ["ignored.py"], clone) == ["ignored.py: no file %s in a clone"
+                                                              % rel(str(tmp_path / "ignored.py"))]
+    assert len(broken_links(str(page), ["kept.md#nothing", "missing.md"], clone)) == 2
 
 
 def test_the_link_check_finds_a_broken_link_and_anchor(tmp_path):
@@ -71,7 +123,46 @@ def test_no_page_cites_an_issue_number_and_no_cell_is_long(page):
 
 
 def test_readme_is_short_and_its_headline_is_results_md_summary():
+    from runner import report
     readme = open(os.path.join(ROOT, "README.md")).read()
     assert len(readme.splitlines()) <= 200
-    summary = open(os.path.join(ROOT, "results.md")).read().split("## Summary\n\n")[1].split("\n\n")[0]
-    assert summary.startswith("| Row |") and summary in readme, "copy results.md's summary table into README.md"
+    summary = report.summary_block(open(os.path.join(ROOT, "results.md")).read())
+    assert "| Row |" in summary and "Devices: " in summary
+    assert "%s\n\n%s\n\n%s" % (report.README_BEGIN, summary, report.README_END) in readme, \
+        "python -m runner.report copies results.md's summary into README.md"
+
+
+# ---- docs/running.md lists every option of run_all.py --------------------------------------------------------
+ENTRY = re.compile(r"^(?:- |\| )`(--[a-z0-9][a-z0-9-]*)(?: [^`]*)?`", re.M)
+
+
+def option_entries(text):
+    """{option: [its entries]} of the page's section "run_all.py options": list items (and table rows) that
+    start with the option in a code span."""
+    section = text.split("\n## run_all.py options\n", 1)[1].split("\n## ", 1)[0]
+    entries = {}
+    for match in ENTRY.finditer(section):
+        end = section.find("\n- ", match.end())
+        entries.setdefault(match.group(1), []).append(section[match.start():end if end > 0 else len(section)])
+    return entries
+
+
+def test_running_md_lists_each_option_of_the_parser_once_with_its_default():
+    from runner.cli import build_parser
+    parser = build_parser()
+    options = {o for a in parser._actions for o in a.option_strings if o.startswith("--") and o != "--help"}
+    entries = option_entries(open(os.path.join(ROOT, "docs", "running.md")).read())
+    missing, unknown = sorted(options - set(entries)), sorted(set(entries) - options)
+    assert not missing, "in run_all.py's parser, not in docs/running.md's options: %s" % missing
+    assert not unknown, "in docs/running.md's options, not in run_all.py's parser: %s" % unknown
+    twice = sorted(o for o, e in entries.items() if len(e) > 1)
+    assert not twice, "listed more than once: %s" % twice
+    no_default = sorted(o for o, (e,) in entries.items() if "(default: " not in e)
+    assert not no_default, "say what happens without it, '(default: ...)': %s" % no_default
+
+
+def test_the_option_check_reads_list_items():
+    text = "# Page\n\n## run_all.py options\n\n- `--a N`: one (default: 1).\n- `--b`: two\n  lines (default: off).\n" \
+           "\n## Next\n\n- `--c`: not an option here\n"
+    assert {o: len(e) for o, e in option_entries(text).items()} == {"--a": 1, "--b": 1}
+    assert "lines (default: off)" in option_entries(text)["--b"][0]
