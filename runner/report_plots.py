@@ -61,9 +61,10 @@ def plot_summary(records: List[dict], path: str) -> bool:
             ax.text(_speed(r), j, " " + value + ("" if alone else " (%.2f)" % (_speed(r) / top)), va="center",
                     fontsize=8)
         ax.set_xlim(0, top * 1.25)
-        ax.set_xlabel("seconds of audio trained per second (\u00f7 the fastest)", fontsize=8)
+        ax.set_xlabel("seconds of audio trained per second" + ("" if alone else " (\u00f7 the fastest)"), fontsize=8)
         name = key[1] or key[0] or "an unknown device"
-        ax.set_title("%s \u00b7 %s: %s" % (short[name], key[2], summary_title(key, recs)), fontsize=9)
+        ax.set_title("%s \u00b7 %s \u2014 %s" % (short[name], key[2], summary_title(key, recs).split(" on ", 1)[-1]),
+                     fontsize=9)
         ax.tick_params(labelsize=8)
     fig.tight_layout()
     _save(fig, path)
