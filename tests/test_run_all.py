@@ -235,6 +235,24 @@ def test_profile_reaches_the_notebook_parameters(planned_runs, tmp_path):
     assert "profile" not in params and params["variant"] == "compile"     # older notebooks need no profile parameter
 
 
+def test_skip_reaches_the_notebook_parameters_as_a_list(planned_runs):
+    """--skip PARTS is passed as the notebook parameter ``skip``, a list in the order given; without --skip no
+    ``skip`` is passed (a notebook without the parameter still runs).  The notebooks that declare it are those
+    run_all.py's check reads, the same names as the data-parallel runner's reading of the parameters cell."""
+    from runner import distributed, execute, validate
+    from runner.targets import ALL_TARGETS
+    target, opts = planned_runs("--frameworks", "pytorch", "--skip", "forward,onnx,export", "--preset", "smoke")[0]
+    assert execute.notebook_parameters(target, opts, "r.json")["skip"] == ["forward", "onnx", "export"]
+    target, opts = planned_runs("--frameworks", "pytorch", "--preset", "smoke")[0]
+    assert "skip" not in execute.notebook_parameters(target, opts, "r.json")
+    for t in ALL_TARGETS.values():
+        assert validate.notebook_parameter_names(t.notebook_path) == \
+            distributed.notebook_parameter_names(t.notebook_path), t.name
+    declares = {t.name for t in ALL_TARGETS.values() if "skip" in validate.notebook_parameter_names(t.notebook_path)}
+    assert {"pytorch", "pytorch+compile", "keras-jax", "keras-torch"} <= declares
+    assert validate.notebook_parameter_names(os.path.join(ROOT, "no-such.ipynb")) is None
+
+
 def test_no_preset_on_a_cpu_names_the_cpu_preset(planned_runs, capsys):
     runs = planned_runs("--frameworks", "pytorch")
     assert runs[0][1].preset.name == "smoke"
