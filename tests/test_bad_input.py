@@ -28,8 +28,10 @@ ROSETTA = [PY, "-m", "runner.rosetta"]
 SIM = ["bash", os.path.join(ROOT, "tools", "simulate_hosts.sh")]
 OFFLINE = ["bash", os.path.join(ROOT, "tools", "installed_offline.sh")]
 GPU_ENVS = [PY, os.path.join(ROOT, "tools", "check_gpu_envs.py")]
+SESSION = [PY, os.path.join(ROOT, "tools", "gpu_session.py")]
 PROGS = {id(RUN_ALL): "run_all.py", id(REPORT): "python -m runner.report", id(ROSETTA): "python -m runner.rosetta",
-         id(SIM): "simulate_hosts.sh", id(OFFLINE): "installed_offline.sh", id(GPU_ENVS): "tools/check_gpu_envs.py"}
+         id(SIM): "simulate_hosts.sh", id(OFFLINE): "installed_offline.sh", id(GPU_ENVS): "tools/check_gpu_envs.py",
+         id(SESSION): "gpu_session.py"}
 MARKER = "DS2_BAD_INPUT_TAG"
 #: far above the half second a refusal takes on a loaded 2-core machine, far below what starting a notebook takes
 SECONDS = 10
@@ -204,6 +206,23 @@ CASES = [
     case("check-gpu-envs-dest-empty", GPU_ENVS, ["--dest", "", "--no-build"], ["argument --dest", "is empty"]),
     case("check-gpu-envs-python-not-env-path", GPU_ENVS, ["--python", "cntk", "--no-build"],
          ["--python 'cntk'", "expected ENV=PATH"]),
+    case("gpu-session-no-gpu", SESSION, ["--out", "{tmp}/out"], ["nvidia-smi sees no GPU", "--dry-run"],
+         env={"PATH": "{tmp}/empty"}),
+    case("gpu-session-out-empty", SESSION, ["--dry-run", "--out", ""], ["argument --out", "is empty"]),
+    case("gpu-session-out-not-empty", SESSION, ["--dry-run", "--out", "{tmp}/mine"],
+         ["--out {tmp}/mine holds 1 entry already", "at most 8 files"]),
+    case("gpu-session-rows-fp64", SESSION, ["--dry-run", "--out", "{tmp}/out", "--rows", "pytorch:fp64"],
+         ["argument --rows", "'pytorch:fp64'", "ROW:PRECISION"]),
+    case("gpu-session-rows-empty-item", SESSION, ["--dry-run", "--out", "{tmp}/out", "--rows",
+                                                  "pytorch:fp32,,jax:fp32"], ["argument --rows", "empty item"]),
+    case("gpu-session-rows-twice", SESSION, ["--dry-run", "--out", "{tmp}/out", "--rows", "jax:bf16,jax:bf16"],
+         ["argument --rows", "names jax:bf16 twice"]),
+    case("gpu-session-deadline-0", SESSION, ["--dry-run", "--out", "{tmp}/out", "--deadline-s", "0"],
+         ["argument --deadline-s", "'0'"]),
+    case("gpu-session-estimate-twice", SESSION, ["--dry-run", "--out", "{tmp}/out", "--estimate", "jax:fp32=300",
+                                                 "--estimate", "jax:fp32=400"], ["--estimate jax:fp32", "twice"]),
+    case("gpu-session-wheelhouse-missing", SESSION, ["--dry-run", "--out", "{tmp}/out", "--wheelhouse", "{tmp}/none"],
+         ["--wheelhouse {tmp}/none", "no such directory"]),
 ]
 
 

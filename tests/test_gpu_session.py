@@ -1,0 +1,229 @@
+"""tools/gpu_session.py, a device session in one call, on the CPU.
+
+The dry run (``--dry-run``: ``--device cpu``, the smoke preset) with a fake ``nvidia-smi`` on PATH (what the session
+and the runner read of it: the ``--query-gpu`` lines and ``-q``), the pytorch row in the session's PyTorch
+environment as installed (``--use-installed``, the runner in this interpreter), and a second row whose estimate
+exceeds the deadline: the row runs with ``--skip export,onnx,forward`` and its record, executed notebook and logs
+land in the tarball; the TSV has a line per row with the card and the status; the row that does not fit is not
+started, and says why; at most 8 files come back.  Then the rule itself: the estimates from the committed records,
+the deadline, a process stopped at it (its group and what it started in a session of its own), the tarball
+appended whole."""
+import csv
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import time
+import uuid
+
+import pytest
+
+from common.envinfo import cpu_model
+from runner import envs
+from runner.bootstrap import env_python
+from runner.targets import ENVS
+from tests.conftest import ROOT
+
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+import gpu_session  # noqa: E402
+
+SCRIPT = os.path.join(ROOT, "tools", "gpu_session.py")
+CARD = "NVIDIA H100 80GB HBM3"
+#: what nvidia-smi prints: the session's clocks query, the runner's facts (common/envinfo.py), -q, the header
+FAKE_NVIDIA_SMI = """#!/bin/sh
+case "$*" in
+  *clocks.sm*) echo "name, clocks.current.sm [MHz]"; echo "%(card)s, 1980 MHz" ;;
+  *--query-gpu*) echo "%(card)s, 580.159.04, 81559, 9.0" ;;
+  *-q*) printf '==============NVSMI LOG==============\\nProduct Name : %(card)s\\nClocks\\n    SM : 1980 MHz\\n' ;;
+  *) echo "| NVIDIA-SMI 580.159.04    Driver Version: 580.159.04    CUDA Version: 13.0 |" ;;
+esac
+""" % {"card": CARD}
+SKIP = ["export", "onnx", "forward"]
+
+
+def fake_gpu_path(directory):
+    """PATH with a fake nvidia-smi first."""
+    os.makedirs(str(directory), exist_ok=True)
+    fake = os.path.join(str(directory), "nvidia-smi")
+    with open(fake, "w") as f:
+        f.write(FAKE_NVIDIA_SMI)
+    os.chmod(fake, 0o755)
+    return str(directory) + os.pathsep + os.environ.get("PATH", "")
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory):
+    """One dry run: pytorch:fp32 (runs), keras-jax:fp32 (its estimate, given, exceeds the deadline)."""
+    envs.ensure(ENVS["pytorch"], "cpu")                   # the session's PyTorch environment, "preinstalled"
+    python = env_python(envs.env_path(ENVS["pytorch"], "cpu"))
+    tmp = tmp_path_factory.mktemp("gpu_session")
+    out = tmp / "out"
+    env = dict(os.environ, PATH=fake_gpu_path(tmp / "bin"), PYTHONPATH=ROOT)
+    env.pop("DS2_RUNNER", None)
+    t0 = time.time()
+    proc = subprocess.run([sys.executable, SCRIPT, "--dry-run", "--out", str(out), "--python", python, "--rows",
+                           "pytorch:fp32,keras-jax:fp32", "--estimate", "keras-jax:fp32=9999", "--deadline-s", "240"],
+                          cwd=str(tmp), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          universal_newlines=True, timeout=600)
+    with open(str(out / "summary.tsv")) as f:
+        rows = list(csv.DictReader(f, delimiter="\t"))
+    with tarfile.open(str(out / "session.tar")) as t:
+        names = t.getnames()
+        rec = json.load(t.extractfile("records/pytorch_smoke_fp32_bs8_cpu.json"))
+    return {"proc": proc, "out": out, "rows": rows, "names": names, "record": rec, "python": python,
+            "wall_s": time.time() - t0, "tmp": tmp}
+
+
+def test_the_dry_run_runs_the_row_and_returns_at_most_8_files(session):
+    proc, out = session["proc"], session["out"]
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    files = sorted(os.listdir(str(out)))
+    assert files == sorted(gpu_session.OUT_FILES) and len(files) <= gpu_session.MAX_OUT_FILES
+    assert all(os.path.isfile(str(out / f)) for f in files)       # no folder: nothing nested past what returns
+
+
+def test_the_tarball_holds_the_rows_record_notebook_and_logs(session):
+    stem = "pytorch_smoke_fp32_bs8_cpu"
+    assert {"records/%s.json" % stem, "notebooks/%s.ipynb" % stem, "logs/%s.kernel.log" % stem,
+            "logs/pytorch_fp32.run_all.log", "latency/rnn_latency.json", "logs/rnn_latency.log"} <= \
+        set(session["names"]), session["names"]
+    assert not [n for n in session["names"] if "keras-jax" in n]              # not started: nothing of it
+
+
+def test_the_record_says_what_was_skipped_and_ran_as_installed(session):
+    rec = session["record"]
+    assert rec["status"] == "ok", rec.get("error")
+    assert rec["options"]["skipped"] == SKIP
+    assert rec["export"]["status"] == "skipped" and rec["onnx"]["status"] == "skipped"
+    assert "skip=export,onnx,forward" in rec["onnx"]["reason"]
+    assert rec["timing"]["forward_ms"] == {} and rec["timing"]["forward_repeats"] is None
+    assert rec["as_is"] is True and rec["run"]["installed"]["python"] == session["python"]
+    assert "--skip export,onnx,forward" in rec["run"]["command"] and "--device cpu" in rec["run"]["command"]
+    assert rec["environment"]["gpus"][0]["name"] == CARD          # the runner saw the fake GPU, and ran on the CPU
+    assert rec["device"] == {"type": "cpu", "name": cpu_model()}
+
+
+def test_the_tsv_has_a_line_per_row_with_card_and_status(session):
+    rows, rec = session["rows"], session["record"]
+    assert list(rows[0]) == list(gpu_session.COLUMNS)
+    assert [(r["row"], r["precision"]) for r in rows] == [("pytorch", "fp32"), ("keras-jax", "fp32")]
+    ran, waiting = rows
+    assert ran["status"] == "ok" and ran["card"] == rec["device"]["name"] == cpu_model()
+    assert float(ran["audio_s_per_s"]) == pytest.approx(rec["timing"]["audio_s_per_s"], rel=1e-5)
+    assert float(ran["first_loss"]) == pytest.approx(rec["losses"]["first"], rel=1e-5)
+    assert float(ran["warmup_s"]) > 0 and ran["peak_gib"] == "" and ran["rnn_dtype"] == rec["options"]["rnn_dtype"]
+    assert int(ran["estimate_s"]) <= 240
+    assert waiting["status"] == "not started" and waiting["card"] == cpu_model() and waiting["estimate_s"] == "9999"
+    assert "estimate 9999 s (given) >" in waiting["note"] and "s left" in waiting["note"]
+
+
+def test_the_log_versions_and_latency(session):
+    out = session["out"]
+    log = (out / "session.log").read_text()
+    assert "keras-jax fp32: not started: estimate 9999 s" in log and "pytorch fp32: ok in" in log
+    assert "Product Name : %s" % CARD in (out / "nvidia-smi.txt").read_text()
+    facts = json.loads((out / "versions.json").read_text())
+    assert facts["interpreter"]["packages"]["torch"] == session["record"]["versions"]["framework"]
+    assert CARD in " ".join(facts["gpu_before"]) and facts["session"]["skip"] == "export,onnx,forward"
+    assert "fp32" in json.loads((out / "latency.json").read_text())["precisions"]
+
+
+def test_the_tarball_is_a_results_directory_the_report_reads(session, tmp_path):
+    with tarfile.open(str(session["out"] / "session.tar")) as t:
+        t.extractall(str(tmp_path / "res"))
+    proc = subprocess.run([sys.executable, "-m", "runner.report", "--results-dir", str(tmp_path / "res")], cwd=ROOT,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    page = (tmp_path / "res" / "results.md").read_text()
+    assert "skip=export,onnx,forward: not run" in page                  # the ONNX table's reason
+
+
+def test_a_row_running_at_the_deadline_is_stopped_and_what_it_left_comes_back(session, tmp_path):
+    """A row given an estimate that fits, with ~10 s left: run_all.py gets SIGTERM at the deadline (its record,
+    where it wrote one, says terminated), the session ends in time, and the TSV says killed."""
+    out = tmp_path / "out"
+    env = dict(os.environ, PATH=fake_gpu_path(tmp_path / "bin"), PYTHONPATH=ROOT)
+    env.pop("DS2_RUNNER", None)
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, SCRIPT, "--dry-run", "--out", str(out), "--python", session["python"],
+                           "--rows", "pytorch:fp32", "--estimate", "pytorch:fp32=1", "--deadline-s", "32"],
+                          cwd=str(tmp_path), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          universal_newlines=True, timeout=300)
+    assert proc.returncode == 1 and time.monotonic() - t0 < 32 + 2 * gpu_session.GRACE_S, proc.stdout[-3000:]
+    with open(str(out / "summary.tsv")) as f:
+        (row,) = list(csv.DictReader(f, delimiter="\t"))
+    assert row["status"] == "killed" and row["note"].startswith("stopped at the deadline"), row
+    assert "latency: not started: estimate" in (out / "session.log").read_text()
+    with tarfile.open(str(out / "session.tar")) as t:
+        names = t.getnames()
+        assert "logs/pytorch_fp32.run_all.log" in names
+        if "records/pytorch_smoke_fp32_bs8_cpu.json" in names:
+            rec = json.load(t.extractfile("records/pytorch_smoke_fp32_bs8_cpu.json"))
+            assert rec["status"] == "failed" and "terminated" in rec["error"]
+
+
+# ---- the rule ---------------------------------------------------------------------------------------------------
+def write_record(directory, name, **fields):
+    rec = {"status": "ok", "target": "pytorch", "precision": "fp32", "preset": "quick", "batch_size": 32,
+           "scale": 64, "device": {"type": "cuda", "name": "NVIDIA H200"}, "run": {"wall_s": 94.0}}
+    rec.update(fields)
+    directory.mkdir(exist_ok=True)
+    (directory / name).write_text(json.dumps(rec))
+
+
+def test_the_estimate_comes_from_the_records_else_the_fp32_row_else_the_default(tmp_path):
+    d = tmp_path / "records"
+    write_record(d, "a.json")
+    write_record(d, "b.json", run={"wall_s": 500.0}, status="failed")            # failed: not a measure
+    write_record(d, "c.json", run={"wall_s": 300.0}, distributed={"world_size": 2})   # two workers: not this row
+    write_record(d, "d.json", run={"wall_s": 200.0}, device={"type": "cpu"})      # another device type
+    est, source = gpu_session.estimate("pytorch", "fp32", "quick", 32, "cuda", str(d))
+    assert est == 129 and source == "a.json: run.wall_s 94 s"                     # ceil(1.15 x 94 + 20)
+    est, source = gpu_session.estimate("pytorch", "bf16", "quick", 32, "cuda", str(d))
+    assert est == 129 and "(its fp32 row)" in source
+    write_record(d, "e.json", precision="bf16", run={"wall_s": 80.0})
+    assert gpu_session.estimate("pytorch", "bf16", "quick", 32, "cuda", str(d))[0] == 112
+    est, source = gpu_session.estimate("jax", "fp32", "quick", 32, "cuda", str(d))
+    assert est == int(-(-(1.15 * gpu_session.DEFAULT_WALL_S[("quick", "cuda")]["jax"] + 20) // 1))
+    assert source.startswith("no record")
+    assert gpu_session.estimate("jax+unroll", "fp32", "quick", 32, "cuda", str(d))[0] == \
+        int(-(-(1.15 * gpu_session.UNKNOWN_WALL_S + 20) // 1))
+    # the committed H200 record is where the pytorch row's estimate comes from
+    est, source = gpu_session.estimate("pytorch", "fp32", "quick", 32, "cuda")
+    assert source.startswith("pytorch_quick_fp32_bs32_nvidia-h200.json") and est < 560 - gpu_session.RESERVE_S
+
+
+def test_a_row_starts_only_when_its_estimate_fits_what_is_left():
+    now = [100.0]
+    clock = gpu_session.Deadline(300, reserve_s=20, clock=lambda: now[0])
+    assert clock.left() == 280
+    assert gpu_session.fits(280, clock.left()) and not gpu_session.fits(281, clock.left())
+    now[0] += 250
+    assert clock.left() == 30 and clock.elapsed() == 250
+    now[0] += 100
+    assert clock.left() == 0 and not gpu_session.fits(1, clock.left())
+
+
+def test_a_process_past_the_deadline_is_stopped_with_what_it_started(tmp_path):
+    """Its process group gets SIGTERM, then SIGKILL; a child in a session of its own (a Jupyter kernel) is found
+    by the marker variable."""
+    marker = uuid.uuid4().hex
+    env = dict(os.environ, **{gpu_session.MARKER: marker})
+    cmd = ["sh", "-c", "trap '' TERM; setsid sleep 300 & sleep 300"]           # deaf to SIGTERM, and a session
+    t0 = time.monotonic()
+    code, killed = gpu_session.run_until(cmd, env, str(tmp_path / "log"), 1.0, marker, grace=1.0)
+    assert killed and code is not None and time.monotonic() - t0 < 30
+    assert gpu_session.marked_processes(marker) == []
+    code, killed = gpu_session.run_until(["sh", "-c", "echo done"], env, str(tmp_path / "log"), 30, marker)
+    assert (code, killed) == (0, False) and "done" in (tmp_path / "log").read_text()
+
+
+def test_the_tarball_is_appended_whole(tmp_path):
+    out = gpu_session.Out(str(tmp_path / "out"))
+    for i in range(3):
+        (tmp_path / ("f%d" % i)).write_text("member %d" % i)
+        out.append_tar([(str(tmp_path / ("f%d" % i)), "logs/f%d" % i), (str(tmp_path / "absent"), "logs/absent")])
+    with tarfile.open(out.path["session.tar"]) as t:
+        assert t.getnames() == ["logs/f0", "logs/f1", "logs/f2"]
+    assert sorted(os.listdir(str(tmp_path / "out"))) == sorted(["session.tar", "summary.tsv", "session.log"])

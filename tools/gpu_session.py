@@ -1,0 +1,607 @@
+#!/usr/bin/env python3
+"""A device session in one prepared call: the GPU rows that fit a deadline, and everything they made, in at most
+eight files under one folder.
+
+    python3 tools/gpu_session.py --deadline-s 560 --out $OUT --wheelhouse .whl        # on the lent GPU machine
+    .venvs/runner/bin/python tools/gpu_session.py --dry-run --out /tmp/session \\
+        --python .venvs/pytorch-cpu/bin/python --rows pytorch:fp32                    # the same on this CPU
+
+In order, under its own deadline (``--deadline-s`` from its start; :data:`RESERVE_S` of it kept for the end):
+
+1. the versions and clocks: ``nvidia-smi -q`` (``nvidia-smi.txt``) and the frameworks' versions in the interpreter
+   that runs the rows (``versions.json``, with the GPU's clocks from ``nvidia-smi --query-gpu``);
+2. ``benchmarks/rnn_latency.py --out`` (``latency.json``: the recurrence's latency, about 30 s on a GPU);
+3. each row of ``--rows`` (ROW:PRECISION, in order) as ``run_all.py --use-installed ... --skip export,onnx,forward
+   --frameworks ROW --precision PRECISION --preset quick --timeout <seconds left>``: in the interpreter ``--python``
+   as it is installed, through ``tools/installed_offline.sh`` when ``--wheelhouse`` carries what the runner needs,
+   else with the runner in this interpreter (``DS2_RUNNER=current``).  A row starts only when its estimate
+   (:func:`estimate`) fits in the seconds left; one still running at the deadline gets SIGTERM (run_all.py records
+   it as terminated and stops its kernel), then SIGKILL, its process group and every process that carries the
+   session's marker variable.  After each row its record, executed notebook and logs are appended to
+   ``session.tar`` (a copy made whole, then renamed: a killed call still returns every row that finished) and a
+   line to ``summary.tsv``.
+
+What comes back (:data:`OUT_FILES`, six files): ``session.tar`` (``records/``, ``notebooks/``, ``logs/``,
+``latency/``: extract it into a results directory and ``python -m runner.report --results-dir`` reads it),
+``summary.tsv`` (:data:`COLUMNS`), ``latency.json``, ``versions.json``, ``nvidia-smi.txt`` and ``session.log``
+(what started, what was not started and why).
+
+``--dry-run``: the same code path on the CPU (``--device cpu``, the smoke preset, estimates from the CPU records):
+the deadline, the tarball, the TSV, ``--skip``, ``--use-installed`` with the runner in this interpreter.
+``nvidia-smi`` is read where it is on PATH (a test puts a fake one there) and not required.
+
+Standard library only (the image's ``python3`` has no papermill); exit status 0 when every started row is ok, 1
+when one is not or none started, 2 for bad input (one line).
+"""
+import argparse
+import glob
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import uuid
+from typing import Dict, List, Optional, Tuple
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from common import envinfo  # noqa: E402  (standard library only, as are the two below)
+from common.spec import PRECISIONS, PRESETS, get_preset  # noqa: E402
+from runner import validate  # noqa: E402
+from runner.targets import ALL_TARGETS  # noqa: E402
+
+PROG = "gpu_session.py"
+#: the rows worth a lent GPU, in order of value (TensorFlow, MXNet and CNTK cannot run on its image)
+DEFAULT_ROWS = ("pytorch:fp32,pytorch:tf32,pytorch:bf16,jax:fp32,jax:tf32,jax:bf16,keras-jax:fp32,keras-jax:tf32,"
+                "keras-jax:bf16,keras-torch:fp32")
+#: what a device session leaves out of every notebook (run_all.py --skip): nothing the GPU adds to
+SKIP = "export,onnx,forward"
+#: seconds of the deadline kept for the end: a killed row's grace, the last append, the clocks after the rows
+RESERVE_S = 20
+#: seconds between SIGTERM and SIGKILL for a row past the deadline (run_all.py stops its kernel in seconds)
+GRACE_S = 10
+#: the estimate of a row: MARGIN x the run's wall seconds (run.wall_s of a committed record: papermill's run of
+#: the notebook, with the export, ONNX and forward timing it then had) + START_S (run_all.py's own start: the
+#: interpreter's preflight imports each framework, the runner builds the data iterator for its checksum; the
+#: wheelhouse route re-checks .venvs/installed).  MARGIN covers another card of the same kind (an H100's slower
+#: memory against the H200 records) and a machine that starts slower.
+MARGIN = 1.15
+START_S = 20
+#: the latency benchmark's estimate: about 30 s on a GPU (docs/benchmark.md), a few on a CPU at --smoke
+LATENCY_S = {"cuda": 60, "cpu": 30}
+#: run.wall_s where no committed record of the row ran ok, per (preset, device type): stated, conservative
+DEFAULT_WALL_S = {
+    ("quick", "cuda"): {
+        # results/notebooks/jax_quick_fp32_bs32_nvidia-h200.ipynb (its record: interrupted in the forward timing):
+        # 323 s of cells up to the timed epoch (warm-up 249 s, 15 XLA compilations 229 s of it; epoch 56 s), plus
+        # the kernel's start, the matmul peak and the record
+        "jax": 340,
+        "keras-jax": 340,       # no GPU record: XLA compiles the same 15 shapes (on a CPU its warm-up is jax's)
+        "keras-torch": 400,     # no GPU record: eager, SimpleRNN a Python loop over the steps; the longest guess
+        "pytorch": 120,         # results/records/pytorch_quick_fp32_bs32_nvidia-h200.json says 94 s
+    },
+    ("smoke", "cpu"): {"pytorch": 60, "jax": 160, "keras-jax": 160, "keras-torch": 60},
+}
+#: a row without a record and without a default above
+UNKNOWN_WALL_S = 480
+#: summary.tsv's columns
+COLUMNS = ("row", "precision", "card", "status", "audio_s_per_s", "warmup_s", "compile_s", "rnn_dtype", "peak_gib",
+           "first_loss", "last_loss", "wall_s", "estimate_s", "note")
+#: every file the session writes under --out (the device tool returns at most 8)
+OUT_FILES = ("session.tar", "summary.tsv", "latency.json", "versions.json", "nvidia-smi.txt", "session.log")
+MAX_OUT_FILES = 8
+#: the variable every process of a row carries (its value: the session's id): what outlives a kill is found by it
+MARKER = "DS2_GPU_SESSION"
+#: the packages versions.json lists (importlib.metadata, nothing imported)
+PACKAGES = ("torch", "jax", "jaxlib", "flax", "optax", "keras", "numpy", "onnx", "onnxruntime", "onnxscript",
+            "jax2onnx", "ipykernel", "papermill", "nbclient", "jupyter_client")
+
+
+# ---- estimates and the deadline ---------------------------------------------------------------------------------
+def committed_walls(records_dir: str, target: str, precision: str, preset: str, batch_size: int,
+                    device_type: str) -> List[Tuple[float, str]]:
+    """(run.wall_s, file name) of every record in ``records_dir`` of this row that ran ok on one process with
+    this preset, precision, batch size, the preset's scale and this kind of device."""
+    out = []
+    scale = get_preset(preset).scale
+    for path in sorted(glob.glob(os.path.join(records_dir, "*.json"))):
+        try:
+            with open(path) as f:
+                rec = json.load(f)
+        except (OSError, ValueError):
+            continue
+        if not isinstance(rec, dict):
+            continue
+        wall = (rec.get("run") or {}).get("wall_s")
+        if (rec.get("status") == "ok" and rec.get("target") == target and rec.get("precision") == precision
+                and rec.get("preset") == preset and rec.get("batch_size") == batch_size and rec.get("scale") == scale
+                and (rec.get("device") or {}).get("type") == device_type and not rec.get("distributed")
+                and isinstance(wall, (int, float))):
+            out.append((float(wall), os.path.basename(path)))
+    return out
+
+
+def estimate(target: str, precision: str, preset: str, batch_size: int, device_type: str,
+             records_dir: str = os.path.join(ROOT, "results", "records")) -> Tuple[int, str]:
+    """Seconds the row is expected to take, and where the figure comes from.  The longest run.wall_s of the
+    committed records of this row (:func:`committed_walls`); else of its fp32 row (the same shapes, the same
+    compilations); else :data:`DEFAULT_WALL_S` (:data:`UNKNOWN_WALL_S` for a row it lacks).  Then
+    ``ceil(MARGIN x wall + START_S)``."""
+    for prec in (precision, "fp32"):
+        walls = committed_walls(records_dir, target, prec, preset, batch_size, device_type)
+        if walls:
+            wall, name = max(walls)
+            source = "%s: run.wall_s %.0f s" % (name, wall) + ("" if prec == precision else " (its fp32 row)")
+            break
+    else:
+        table = DEFAULT_WALL_S.get((preset, device_type), {})
+        wall = table.get(target, UNKNOWN_WALL_S)
+        source = "no record: the default %d s" % wall
+    return int(math.ceil(MARGIN * wall + START_S)), source
+
+
+def fits(estimate_s: float, left_s: float) -> bool:
+    """A row starts only when its estimate fits in the seconds left."""
+    return estimate_s <= left_s
+
+
+class Deadline:
+    """Seconds left until the rows must be done: ``deadline_s`` from the start, less :data:`RESERVE_S`."""
+
+    def __init__(self, deadline_s: float, reserve_s: float = RESERVE_S, clock=time.monotonic):
+        self.clock = clock
+        self.start = clock()
+        self.end = self.start + deadline_s - reserve_s
+
+    def elapsed(self) -> float:
+        return self.clock() - self.start
+
+    def left(self) -> float:
+        return max(0.0, self.end - self.clock())
+
+
+# ---- processes ----------------------------------------------------------------------------------------------------
+def marked_processes(value: str, name: str = MARKER) -> List[int]:
+    """Live processes whose environment holds ``name=value`` (a /proc scan; kernels start sessions of their own)."""
+    needle = ("%s=%s" % (name, value)).encode()
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open("/proc/%s/environ" % entry, "rb") as f:
+                if needle not in f.read().split(b"\0"):
+                    continue
+            with open("/proc/%s/stat" % entry) as f:
+                if f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                    continue
+        except (OSError, IndexError):
+            continue
+        pids.append(int(entry))
+    return pids
+
+
+def stop(proc: subprocess.Popen, marker: str, grace: float = GRACE_S) -> None:
+    """SIGTERM to the child's process group and to every marked process, SIGKILL to what is left after ``grace``
+    seconds; the child reaped."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, sig)
+            except OSError:
+                pass
+        for pid in marked_processes(marker):
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+        until = time.monotonic() + grace
+        while time.monotonic() < until and (proc.poll() is None or marked_processes(marker)):
+            time.sleep(0.2)
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def run_until(cmd: List[str], env: Dict[str, str], log_path: str, seconds: float, marker: str,
+              grace: float = GRACE_S) -> Tuple[Optional[int], bool]:
+    """Run ``cmd`` in a process group of its own, its output to ``log_path``, for at most ``seconds``: (its exit
+    status, whether it was stopped at the deadline).  Nothing marked with ``marker`` outlives it."""
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, preexec_fn=os.setpgrp)
+        CURRENT["proc"] = proc
+        try:
+            proc.wait(timeout=max(0.0, seconds))
+            killed = False
+        except subprocess.TimeoutExpired:
+            killed = True
+        finally:
+            stop(proc, marker, grace)       # a finished row: its leftovers, if any (a kernel in its own session)
+            CURRENT["proc"] = None
+    return proc.returncode, killed
+
+
+#: the row's process while it runs (a signal to the session stops it)
+CURRENT = {"proc": None, "marker": None}
+
+
+# ---- what comes back ----------------------------------------------------------------------------------------------
+class Out:
+    """The --out folder: the session's own files only (:data:`OUT_FILES`)."""
+
+    def __init__(self, directory: str):
+        self.dir = directory
+        os.makedirs(directory, exist_ok=True)
+        self.path = {name: os.path.join(directory, name) for name in OUT_FILES}
+        with tarfile.open(self.path["session.tar"], "w"):
+            pass
+        with open(self.path["summary.tsv"], "w") as f:
+            f.write("\t".join(COLUMNS) + "\n")
+        open(self.path["session.log"], "w").close()
+
+    def log(self, clock: Deadline, text: str) -> None:
+        line = "[%6.1f s] %s" % (clock.elapsed(), text)
+        print(line, flush=True)
+        with open(self.path["session.log"], "a") as f:
+            f.write(line + "\n")
+
+    def append_tar(self, members: List[Tuple[str, str]]) -> None:
+        """Append (path, name in the archive) to session.tar: on a copy, renamed over it once whole."""
+        members = [(p, n) for p, n in members if os.path.isfile(p)]
+        if not members:
+            return
+        tar = self.path["session.tar"]
+        partial = tar + ".partial"
+        shutil.copyfile(tar, partial)
+        with tarfile.open(partial, "a") as t:
+            for path, name in members:
+                t.add(path, arcname=name)
+        os.replace(partial, tar)
+
+    def tsv(self, values: Dict[str, object]) -> None:
+        def cell(v):
+            if v is None:
+                return ""
+            if isinstance(v, float):
+                return "%.6g" % v
+            return str(v).replace("\t", " ").replace("\n", " ")
+        with open(self.path["summary.tsv"], "a") as f:
+            f.write("\t".join(cell(values.get(c)) for c in COLUMNS) + "\n")
+
+
+def record_columns(rec: dict) -> Dict[str, object]:
+    """summary.tsv's columns from a record: card, status, throughput, warm-up, compile seconds (the JAX notebook's
+    ``options.xla_compilations``: every program XLA built, ``compile_s``, else the warm-up's, ``warmup_compile_s``),
+    the RNN's dtype (``options.rnn_dtype``), the device's peak memory, the first and last loss, the run's wall
+    seconds."""
+    timing, options = rec.get("timing") or {}, rec.get("options") or {}
+    xla = options.get("xla_compilations") if isinstance(options.get("xla_compilations"), dict) else {}
+    compile_s = xla.get("compile_s", xla.get("warmup_compile_s"))
+    peak = (rec.get("memory") or {}).get("device_peak_bytes")
+    losses = rec.get("losses") or {}
+    return {"card": (rec.get("device") or {}).get("name"), "status": rec.get("status"),
+            "audio_s_per_s": timing.get("audio_s_per_s"), "warmup_s": timing.get("warmup_s"), "compile_s": compile_s,
+            "rnn_dtype": options.get("rnn_dtype"), "peak_gib": peak / 2.0 ** 30 if peak else None,
+            "first_loss": losses.get("first"), "last_loss": losses.get("last"),
+            "wall_s": (rec.get("run") or {}).get("wall_s"), "note": rec.get("error")}
+
+
+def last_line(path: str, prefix: str = "run_all.py: ") -> Optional[str]:
+    """The last line of a log that starts with ``prefix`` (run_all.py's one-line refusals and reasons)."""
+    try:
+        with open(path, errors="replace") as f:
+            lines = [line.strip() for line in f if line.strip()]
+    except OSError:
+        return None
+    mine = [line for line in lines if line.startswith(prefix)]
+    return (mine or lines or [None])[-1]
+
+
+# ---- the steps ------------------------------------------------------------------------------------------------------
+def capture(cmd: List[str], timeout: float = 60) -> str:
+    """A command's output, or a line saying why there is none."""
+    try:
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
+                           timeout=timeout)
+        return p.stdout if p.returncode == 0 else "%s exited with %d:\n%s" % (cmd[0], p.returncode, p.stdout)
+    except FileNotFoundError:
+        return "%s: not found\n" % cmd[0]
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return "%s: %s\n" % (cmd[0], e)
+
+
+GPU_QUERY = ("name,driver_version,memory.total,compute_cap,pstate,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,"
+             "power.draw,power.limit,temperature.gpu")
+VERSIONS_SCRIPT = r"""
+import json, platform, sys
+from importlib.metadata import PackageNotFoundError, distributions, version
+out = {"python": platform.python_version(), "executable": sys.executable, "packages": {}}
+for name in sys.argv[1].split(","):
+    try:
+        out["packages"][name] = version(name)
+    except PackageNotFoundError:
+        out["packages"][name] = None
+out["cuda_wheels"] = sorted(set("%s %s" % (d.metadata["Name"], d.version) for d in distributions()
+                                if (d.metadata["Name"] or "").lower().startswith(("jax-cuda", "nvidia-cudnn"))))
+try:
+    import torch
+    out["torch_cuda"] = torch.version.cuda
+    out["torch_cudnn"] = torch.backends.cudnn.version() if torch.cuda.is_available() else None
+    out["torch_sees_gpu"] = torch.cuda.is_available()
+except Exception as e:
+    out["torch_error"] = "%s: %s" % (type(e).__name__, e)
+print(json.dumps(out))
+"""
+
+
+def versions(python: str, when: str, out: Out, clock: Deadline, facts: dict) -> None:
+    """nvidia-smi -q into nvidia-smi.txt (``when``: before or after the rows) and, before, the interpreter's
+    versions; both times the GPU's clocks (``--query-gpu``) into versions.json."""
+    smi = capture(["nvidia-smi", "-q"])
+    with open(out.path["nvidia-smi.txt"], "a") as f:
+        f.write("==== nvidia-smi -q, %s the rows (%.0f s into the session)\n%s\n" % (when, clock.elapsed(), smi))
+    facts["gpu_" + when] = capture(["nvidia-smi", "--query-gpu=" + GPU_QUERY, "--format=csv"]).strip().splitlines()
+    if when == "before":
+        text = capture([python, "-c", VERSIONS_SCRIPT, ",".join(PACKAGES)], timeout=120).strip()
+        try:
+            facts["interpreter"] = json.loads(text.splitlines()[-1])
+        except (ValueError, IndexError):
+            facts["interpreter"] = {"error": text[-2000:]}
+    with open(out.path["versions.json"], "w") as f:
+        json.dump(facts, f, indent=1, sort_keys=True)
+
+
+def latency(args, out: Out, clock: Deadline, env: Dict[str, str], scratch: str) -> None:
+    device = "cpu" if args.dry_run else "cuda"
+    est = LATENCY_S[device]
+    if not fits(est, clock.left()):
+        out.log(clock, "latency: not started: estimate %d s > %.0f s left" % (est, clock.left()))
+        return
+    cmd = [args.python, os.path.join("benchmarks", "rnn_latency.py"), "--device", device,
+           "--out", out.path["latency.json"]] + (["--smoke"] if args.dry_run else [])
+    log = os.path.join(scratch, "rnn_latency.log")
+    out.log(clock, "latency: %s" % " ".join(cmd))
+    t0 = time.monotonic()
+    code, killed = run_until(cmd, env, log, clock.left(), env[MARKER])
+    out.log(clock, "latency: %s in %.0f s" % ("stopped at the deadline" if killed else "exit %s" % code,
+                                              time.monotonic() - t0))
+    out.append_tar([(out.path["latency.json"], "latency/rnn_latency.json"), (log, "logs/rnn_latency.log")])
+
+
+def row_command(args, target: str, precision: str, results_dir: str, timeout_s: int) -> List[str]:
+    """run_all.py for one row: through tools/installed_offline.sh with --wheelhouse (its .venvs/installed holds the
+    runner's packages), else in this interpreter with --use-installed ENV=--python."""
+    options = ["--frameworks", target, "--precision", precision, "--preset", args.preset, "--skip", SKIP,
+               "--device", "cpu" if args.dry_run else "cuda", "--results-dir", results_dir,
+               "--timeout", str(max(1, timeout_s)), "--no-progress"]
+    if args.batch_size:
+        options += ["--batch-size", str(args.batch_size)]
+    if args.wheelhouse:
+        return ["bash", os.path.join("tools", "installed_offline.sh"), args.wheelhouse, args.python] + options
+    env_name = ALL_TARGETS[target].env
+    return [sys.executable, "run_all.py", "--use-installed", "%s=%s" % (env_name, args.python)] + options
+
+
+def run_row(args, target: str, precision: str, out: Out, clock: Deadline, env: Dict[str, str], scratch: str,
+            card: str) -> Optional[str]:
+    """One row: started if its estimate fits, stopped at the deadline; its files into the tarball and its line
+    into summary.tsv.  Returns its status."""
+    preset = get_preset(args.preset)
+    batch = args.batch_size or preset.batch_size
+    given = dict(args.estimate)
+    if (target, precision) in given:
+        est, source = given[(target, precision)], "given"
+    else:
+        est, source = estimate(target, precision, args.preset, batch, "cpu" if args.dry_run else "cuda")
+    line = {"row": target, "precision": precision, "card": card, "estimate_s": est}
+    left = clock.left()
+    if not fits(est, left):
+        note = "not started: estimate %d s (%s) > %.0f s left" % (est, source, left)
+        out.log(clock, "%s %s: %s" % (target, precision, note))
+        out.tsv(dict(line, status="not started", note=note))
+        return None
+    name = "%s_%s" % (target, precision)
+    results_dir = os.path.join(scratch, name)
+    log = os.path.join(scratch, name + ".run_all.log")
+    cmd = row_command(args, target, precision, results_dir, int(left))
+    out.log(clock, "%s %s: started, estimate %d s (%s), %.0f s left: %s" % (target, precision, est, source, left,
+                                                                            " ".join(cmd)))
+    t0 = time.monotonic()
+    code, killed = run_until(cmd, env, log, left, env[MARKER])
+    took = time.monotonic() - t0
+    records = sorted(glob.glob(os.path.join(results_dir, "records", "*.json")))
+    members = [(p, "records/" + os.path.basename(p)) for p in records]
+    members += [(p, "notebooks/" + os.path.basename(p))
+                for p in sorted(glob.glob(os.path.join(results_dir, "notebooks", "*.ipynb")))]
+    members += [(p, "logs/" + os.path.basename(p)) for p in sorted(glob.glob(os.path.join(results_dir, "logs", "*")))]
+    members.append((log, "logs/" + os.path.basename(log)))
+    out.append_tar(members)
+    rec = None
+    if records:
+        try:
+            with open(records[0]) as f:
+                rec = json.load(f)
+        except (OSError, ValueError):
+            rec = None
+    values = dict(line, wall_s=took)
+    if rec is not None:
+        values.update((k, v) for k, v in record_columns(rec).items() if v is not None)
+        values["wall_s"] = took
+        skipped = (rec.get("options") or {}).get("skipped")
+        if rec.get("status") == "ok" and skipped != SKIP.split(","):
+            values["note"] = "the record's options.skipped is %r, not %s" % (skipped, SKIP)
+    else:
+        reason = last_line(log)
+        values.update(status="skipped" if reason and "no selected row can run" in reason else "failed",
+                      note=reason or "run_all.py exited with %s and wrote no record" % code)
+    if killed and values.get("status") == "ok":    # the record was whole before: run_all.py was writing results.md
+        values["note"] = "run_all.py stopped at the deadline after %.0f s, its record already written" % took
+    elif killed:
+        values["status"] = "killed"
+        values["note"] = "stopped at the deadline after %.0f s%s" % (took, "; " + str(values.get("note"))
+                                                                     if values.get("note") else "")
+    out.tsv(values)
+    out.log(clock, "%s %s: %s in %.0f s (exit %s)%s" % (target, precision, values["status"], took, code,
+                                                         ": " + str(values["note"]) if values.get("note") else ""))
+    return values["status"]
+
+
+# ---- the command line -----------------------------------------------------------------------------------------------
+def rows_list(text: str) -> List[Tuple[str, str]]:
+    """ROW:PRECISION[,ROW:PRECISION...]: each row a target, each precision fp32, tf32 or bf16, each pair once."""
+    parts = [p.strip() for p in text.split(",")]
+    if not any(parts):
+        raise argparse.ArgumentTypeError("no row given; expected ROW:PRECISION[,ROW:PRECISION...]")
+    if "" in parts:
+        raise argparse.ArgumentTypeError("%r has an empty item; expected ROW:PRECISION[,ROW:PRECISION...]" % text)
+    rows = []
+    for part in parts:
+        target, sep, precision = part.partition(":")
+        if not sep or target not in ALL_TARGETS or precision not in PRECISIONS:
+            raise argparse.ArgumentTypeError(
+                "%r: expected ROW:PRECISION, ROW one of %s, PRECISION one of %s" % (part, ", ".join(ALL_TARGETS),
+                                                                                     ", ".join(PRECISIONS)))
+        if (target, precision) in rows:
+            raise argparse.ArgumentTypeError("%r names %s twice; name each row once" % (text, part))
+        rows.append((target, precision))
+    return rows
+
+
+def estimate_override(text: str) -> Tuple[Tuple[str, str], int]:
+    """ROW:PRECISION=SECONDS (--estimate)."""
+    row, sep, seconds = text.partition("=")
+    if not sep:
+        raise argparse.ArgumentTypeError("%r: expected ROW:PRECISION=SECONDS" % text)
+    (pair,) = rows_list(row) if "," not in row else [None]
+    if pair is None:
+        raise argparse.ArgumentTypeError("%r: one ROW:PRECISION per --estimate" % text)
+    return pair, validate.seconds(seconds)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = validate.OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True, type=validate.non_empty("directory"),
+                   help="the folder that comes back ($OUT): empty or new; the session writes %d files there"
+                        % len(OUT_FILES))
+    p.add_argument("--deadline-s", type=validate.seconds, default=560, metavar="S",
+                   help="seconds from the start by which the session has ended (default 560, inside a 600-s call)")
+    p.add_argument("--rows", type=rows_list, default=None, metavar="ROW:PRECISION[,...]",
+                   help="the rows in order (default: %s)" % DEFAULT_ROWS)
+    p.add_argument("--estimate", type=estimate_override, action="append", default=[], metavar="ROW:PRECISION=S",
+                   help="the estimate of a row in seconds, instead of the records' or the default's (repeatable)")
+    p.add_argument("--preset", default=None, choices=sorted(PRESETS),
+                   help="default: quick on the GPU, smoke with --dry-run")
+    p.add_argument("--batch-size", type=validate.positive_int, default=None, metavar="N",
+                   help="default: the preset's (quick: 32)")
+    p.add_argument("--python", type=validate.non_empty("interpreter"), default=sys.executable, metavar="PATH",
+                   help="the interpreter whose frameworks run the rows and the latency benchmark (default: this one)")
+    p.add_argument("--wheelhouse", type=validate.non_empty("directory"), default=None, metavar="DIR",
+                   help="wheels of what --python lacks to run the runner (papermill, ...): the rows then go through "
+                        "tools/installed_offline.sh DIR PYTHON")
+    p.add_argument("--scratch", type=validate.non_empty("directory"), default=None, metavar="DIR",
+                   help="where the rows' results directories go (default: a temporary folder, removed at the end)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="on the CPU: --device cpu, the smoke preset, the CPU records' estimates")
+    return p
+
+
+def errors_of(args) -> List[str]:
+    errors = []
+    out = os.path.abspath(args.out)
+    problem = validate.results_dir_error("--out", args.out)
+    if problem:
+        errors.append(problem)
+    elif os.path.isdir(out) and os.listdir(out):
+        n = len(os.listdir(out))
+        errors.append("--out %s holds %d entr%s already: the session writes its %d files into an empty or new "
+                      "folder (what comes back is at most %d files)" % (out, n, "y" if n == 1 else "ies",
+                                                                        len(OUT_FILES), MAX_OUT_FILES))
+    if not (os.path.isfile(args.python) and os.access(args.python, os.X_OK)) and not shutil.which(args.python):
+        errors.append("--python %s: no such executable" % args.python)
+    if args.wheelhouse and not os.path.isdir(args.wheelhouse):
+        errors.append("--wheelhouse %s: no such directory" % args.wheelhouse)
+    if not args.wheelhouse:
+        import importlib.util
+        missing = [m for m in ("papermill", "nbformat", "ipykernel") if importlib.util.find_spec(m) is None]
+        if missing:
+            errors.append("without --wheelhouse the runner runs in this interpreter (%s), which lacks %s; give "
+                          "--wheelhouse DIR with their wheels (tools/installed_offline.sh)" % (sys.executable,
+                                                                                              ", ".join(missing)))
+    named = [pair for pair, _ in args.estimate]
+    twice = [pair for i, pair in enumerate(named) if pair in named[:i]]
+    if twice:
+        errors.append("--estimate %s:%s is given twice; give each row once" % twice[0])
+    if args.scratch and validate.results_dir_error("--scratch", args.scratch):
+        errors.append(validate.results_dir_error("--scratch", args.scratch))
+    return errors
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    args.preset = args.preset or ("smoke" if args.dry_run else "quick")
+    args.rows = args.rows or rows_list(DEFAULT_ROWS)
+    errors = errors_of(args)
+    gpus = [] if args.dry_run else envinfo.gpus()
+    if not errors and not args.dry_run and not gpus:
+        errors.append("nvidia-smi sees no GPU; on a machine without one, --dry-run runs the same on the CPU")
+    if errors:
+        return validate.refuse(PROG, errors[0])
+    args.python = os.path.abspath(args.python) if os.path.isfile(args.python) else shutil.which(args.python)
+    if args.wheelhouse:
+        args.wheelhouse = os.path.abspath(args.wheelhouse)
+    clock = Deadline(args.deadline_s)
+    out = Out(os.path.abspath(args.out))
+    scratch = os.path.abspath(args.scratch) if args.scratch else tempfile.mkdtemp(prefix="ds2-gpu-session-")
+    os.makedirs(scratch, exist_ok=True)
+    marker = uuid.uuid4().hex
+    CURRENT["marker"] = marker
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **{MARKER: marker})
+    if not args.wheelhouse:
+        env["DS2_RUNNER"] = "current"
+    card = gpus[0]["name"] if gpus else envinfo.cpu_model()
+    statuses = []
+
+    def on_signal(signum, frame):
+        if CURRENT["proc"] is not None:
+            stop(CURRENT["proc"], marker)
+        out.log(clock, "stopped by signal %d" % signum)
+        raise SystemExit(128 + signum)
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        out.log(clock, "session: %s, preset %s, deadline %d s (%d s kept for the end), rows %s; card %s; "
+                       "interpreter %s; scratch %s" % ("dry run on the CPU" if args.dry_run else "GPU", args.preset,
+                                                       args.deadline_s, RESERVE_S,
+                                                       ",".join("%s:%s" % r for r in args.rows), card, args.python,
+                                                       scratch))
+        facts = {"session": {"dry_run": args.dry_run, "preset": args.preset, "batch_size": args.batch_size,
+                             "deadline_s": args.deadline_s, "rows": ["%s:%s" % r for r in args.rows], "card": card,
+                             "skip": SKIP, "wheelhouse": args.wheelhouse}}
+        versions(args.python, "before", out, clock, facts)
+        latency(args, out, clock, env, scratch)
+        for target, precision in args.rows:
+            statuses.append(run_row(args, target, precision, out, clock, env, scratch, card))
+        versions(args.python, "after", out, clock, facts)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        if not args.scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
+    with open(out.path["summary.tsv"]) as f:
+        print(f.read(), end="")
+    started = [s for s in statuses if s is not None]
+    out.log(clock, "done: %d of %d rows started, %d ok; %d files in %s" % (
+        len(started), len(statuses), started.count("ok"), len(os.listdir(out.dir)), out.dir))
+    return 0 if started and all(s == "ok" for s in started) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
