@@ -249,7 +249,7 @@ def test_skip_reaches_the_notebook_parameters_as_a_list(planned_runs):
         assert validate.notebook_parameter_names(t.notebook_path) == \
             distributed.notebook_parameter_names(t.notebook_path), t.name
     declares = {t.name for t in ALL_TARGETS.values() if "skip" in validate.notebook_parameter_names(t.notebook_path)}
-    assert {"pytorch", "pytorch+compile", "keras-jax", "keras-torch"} <= declares
+    assert {"pytorch", "pytorch+compile", "jax", "jax+unroll", "keras-jax", "keras-torch"} <= declares
     assert validate.notebook_parameter_names(os.path.join(ROOT, "no-such.ipynb")) is None
 
 
