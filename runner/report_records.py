@@ -7,7 +7,7 @@ from typing import List, Optional
 import numpy as np
 
 from common.flops import shape_roofline
-from common.spec import DS2Config
+from common.spec import PRESETS, UTTERANCE_SECONDS, DS2Config
 
 
 K_STEPS = 10          # losses compared across frameworks: the first K training steps
@@ -87,10 +87,24 @@ def _group_title(key) -> str:
     return "%s (batch %s, scale %s, seed %s) on %s" % (preset, batch, scale, seed, device)
 
 
+def preset_label(rec: dict) -> Optional[str]:
+    """The record's preset as tables name it: its name, and where the record's data kept other utterance lengths
+    than the preset keeps now, how many (``smoke, 15 lengths``): such rows ran other data and compare with
+    neither the preset's rows nor its timing."""
+    preset, data = rec.get("preset"), rec.get("data") or {}
+    if "utterances" not in data and "lengths" not in data:      # a row that never reached its data
+        return preset
+    lengths = tuple(data.get("lengths") or UTTERANCE_SECONDS)
+    current = PRESETS.get(preset)
+    if current is not None and tuple(current.lengths) != lengths:
+        return "%s, %d lengths" % (preset, len(lengths))
+    return preset
+
+
 def _bench_key(rec: dict):
     """The speed comparison's group: the same preset, data and device, any batch size and precision
     (a batch-size sweep stays in one group)."""
-    return (rec.get("preset"), rec.get("scale"), rec.get("seed"), (rec.get("device") or {}).get("name"))
+    return (preset_label(rec), rec.get("scale"), rec.get("seed"), (rec.get("device") or {}).get("name"))
 
 
 def _bench_title(key) -> str:

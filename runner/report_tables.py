@@ -8,11 +8,11 @@ from typing import List, Optional
 from common import results
 from common.flops import sequential_share
 from common.profile import CATEGORIES
-from common.spec import FULL_MODEL, PRESETS
+from common.spec import FULL_MODEL, PRESETS, UTTERANCE_SECONDS
 
 from .bootstrap import ROOT
 from .report_latency import latency_share
-from .report_records import (_bench_groups, _bench_key, _bench_title, _flops, _fmt, _label, _number, _ok,
+from .report_records import (preset_label, _bench_groups, _bench_key, _bench_title, _flops, _fmt, _label, _number, _ok,
                              _roofline, _speed, dp_label, flop_unit, is_variant, md_table, row_name, row_of_record,
                              short_device, stopped_early)
 
@@ -23,8 +23,9 @@ PRESET_ORDER = ("deepmark", "quick", "cpu", "smoke")
 
 
 def summary_key(rec: dict) -> tuple:
-    """A summary group: the device and the preset (every batch size of them)."""
-    return ((rec.get("device") or {}).get("type"), (rec.get("device") or {}).get("name"), rec.get("preset"))
+    """A summary group: the device and the preset (every batch size of them; :func:`preset_label`: a record of
+    other utterance lengths than the preset's is a group of its own)."""
+    return ((rec.get("device") or {}).get("type"), (rec.get("device") or {}).get("name"), preset_label(rec))
 
 
 def _summary_order(key) -> tuple:
@@ -78,11 +79,10 @@ NOT_FINISHED = "not finished (interrupted)"
 
 def _summary_legend(groups: "OrderedDict", short: dict) -> str:
     """What the column headers' device names and presets stand for, and when the rows ran."""
-    devices, presets = OrderedDict(), []
+    devices, presets = OrderedDict(), OrderedDict()
     for (dtype, name, preset), recs in groups.items():
         devices.setdefault(name or dtype or "an unknown device", []).extend(recs)
-        if preset not in presets:
-            presets.append(preset)
+        presets.setdefault(preset, recs[0])
     parts = []
     for full, recs in devices.items():
         days = sorted(set(((r.get("run") or {}).get("finished") or "")[:10] for r in recs) - {""})
@@ -93,9 +93,21 @@ def _summary_legend(groups: "OrderedDict", short: dict) -> str:
         extra = "; ".join(x for x in (when, installed) if x)
         parts.append("%s%s%s" % (short[full] + " = " if short[full] != full else "", full,
                                  " (%s)" % extra if extra else ""))
-    described = ["%s = %s" % (p, PRESETS[p].purpose) for p in presets if p in PRESETS]
+    described = [_preset_legend(p, rec) for p, rec in presets.items()]
     return ("Devices: %s. Presets: %s. Why a row did not finish: its status in the table of record."
             % ("; ".join(parts), "; ".join(described) or ", ".join(str(p) for p in presets)))
+
+
+def _preset_legend(label: str, rec: dict) -> str:
+    """``label = what it is``: the preset's purpose, or for a record of other lengths than the preset keeps
+    (:func:`preset_label`), what its data held."""
+    preset = rec.get("preset")
+    if label == preset and preset in PRESETS:
+        return "%s = %s" % (label, PRESETS[preset].purpose)
+    data = rec.get("data") or {}
+    return "%s = the %s preset's model on %s lengths: %s utterances, %s s of audio" % (
+        label, preset, len(data.get("lengths") or UTTERANCE_SECONDS), data.get("utterances", "?"),
+        data.get("audio_seconds", "?"))
 
 
 def summary_section(records: List[dict]) -> List[str]:

@@ -5,7 +5,7 @@ import os
 import pytest
 
 from common import flops, results
-from common.spec import FULL_MODEL, SMOKE_MODEL
+from common.spec import FULL_MODEL, PRESETS, SMOKE_MODEL
 from runner import report
 
 
@@ -26,6 +26,8 @@ def fixture_record(target, framework, losses, speed, precision="fp32", device="A
         run={"started": "2026-11-21T05:00:00+00:00", "finished": "2026-11-21T05:10:00+00:00",
              "command": "python run_all.py --preset smoke", "git_commit": "abc123"})
     rec.update(kw)
+    if rec.get("preset") in PRESETS:       # the data of the preset as it is (report_records.preset_label)
+        rec["data"].setdefault("lengths", list(PRESETS[rec["preset"]].lengths))
     return rec
 
 
@@ -568,3 +570,21 @@ def test_readme_copy_of_the_summary_is_rewritten_between_its_markers(tmp_path, r
     plain = tmp_path / "plain.md"
     plain.write_text("no markers\n")
     assert not report.sync_readme(page, str(plain)) and plain.read_text() == "no markers\n"
+
+
+def test_records_of_other_lengths_than_the_preset_keeps_are_their_own_group(tmp_path):
+    """A smoke record made when the preset kept all 15 lengths ran other data: its own column and speed table,
+    and the legend says what its data held."""
+    new = fixture_record("pytorch", "PyTorch", LOSSES, 500.0)
+    old = fixture_record("jax", "JAX", LOSSES, 300.0)
+    old["data"] = {"audio_hours": 0.165, "checksum": "cd", "utterances": 100, "audio_seconds": 594}   # no lengths
+    d = tmp_path / "records"
+    d.mkdir()
+    for rec in (new, old):
+        results.write_record(str(d / ("%s.json" % rec["target"])), rec)
+    md = report.render(str(tmp_path), "cmd", None, str(tmp_path / "results.md"))
+    summary = md.split("## Summary")[1].split("## Table of record")[0]
+    assert "EPYC \u00b7 smoke \u00b7 bs 8" in summary and "EPYC \u00b7 smoke, 15 lengths \u00b7 bs 8" in summary
+    assert "smoke, 15 lengths = the smoke preset's model on 15 lengths: 100 utterances, 594 s of audio" in summary
+    speed = md.split("## Speed and efficiency")[1].split("## Measured matrix-product peak")[0]
+    assert "### smoke (scale 1" in speed and "### smoke, 15 lengths (scale 1" in speed
