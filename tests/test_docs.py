@@ -166,3 +166,12 @@ def test_the_option_check_reads_list_items():
            "\n## Next\n\n- `--c`: not an option here\n"
     assert {o: len(e) for o, e in option_entries(text).items()} == {"--a": 1, "--b": 1}
     assert "lines (default: off)" in option_entries(text)["--b"][0]
+
+
+def test_no_page_or_source_cites_an_issue_number():
+    """History lives in CHANGELOG.md: no tracked text file of the product (code, docs, pins, tests) cites an
+    issue number. Executed notebooks under results/ are records of past runs and keep their sources as they ran."""
+    out = subprocess.run(["git", "grep", "-n", "-i", "issue #", "--", ".", ":!CHANGELOG.md", ":!results/notebooks",
+                          ":!results/experiments", ":!tests/test_docs.py", ":!tests/test_report.py"],
+                         cwd=ROOT, stdout=subprocess.PIPE, universal_newlines=True).stdout
+    assert out == "", out
