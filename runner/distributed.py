@@ -50,7 +50,6 @@ the global ``W*b`` -- so it sits in the same results.md group as the single-work
 processes (:func:`launch`), ``runner/hosts.py`` and ``runner/host_agent.py`` add several hosts, and
 ``runner/dp_report.py`` writes results.md's data-parallel section.
 """
-import ast
 import os
 import sys
 import uuid
@@ -75,21 +74,10 @@ from .dp_report import equivalence_rows, equivalence_twin, report_section, singl
 
 # ---- the notebook: its parameters, and the script exported from it -------------------------------
 def notebook_parameter_names(path: str) -> List[str]:
-    """Names assigned in the notebook's cell tagged ``parameters`` (empty when it has none)."""
-    import nbformat
-    nb = nbformat.read(path, as_version=4)
-    names = []
-    for cell in nb.cells:
-        if cell.cell_type == "code" and "parameters" in cell.metadata.get("tags", []):
-            try:
-                tree = ast.parse(cell.source)
-            except SyntaxError:
-                continue
-            for node in tree.body:
-                targets = node.targets if isinstance(node, ast.Assign) else \
-                    [node.target] if isinstance(node, ast.AnnAssign) else []
-                names += [t.id for t in targets if isinstance(t, ast.Name)]
-    return names
+    """Names assigned in the notebook's cell tagged ``parameters`` (empty when it has none or cannot be read;
+    runner/validate.py reads them)."""
+    from .validate import notebook_parameter_names as names
+    return names(path) or []
 
 
 def export_script(notebook: str, parameters: dict, script: str, header: str = "") -> str:
