@@ -84,7 +84,7 @@ P = get_preset("smoke")
 g = {"torch": torch, "nn": nn, "cfg": P.config, "dev": torch.device("cpu"), "dtype": torch.float32, "variant": ""}
 exec(cell("rosetta:model", "class BatchRNN"), g)
 exec(cell("rosetta:data", "def features_of"), g)
-probe = ast.parse(cell("rosetta:check", "class RNNProbe"))
+probe = ast.parse(cell("precision-probe", "class RNNProbe"))
 probe.body = [s for s in probe.body if isinstance(s, (ast.Import, ast.ImportFrom, ast.ClassDef, ast.FunctionDef))
               or isinstance(s, ast.Assign) and all(isinstance(t, ast.Name) and t.id.isupper() for t in s.targets)]
 exec(compile(probe, "the probe cell", "exec"), g)
