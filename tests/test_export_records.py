@@ -64,7 +64,8 @@ def export_file(rec, key="path"):
 
 @pytest.fixture(scope="module")
 def check_batch():
-    return DeepMarkIterator(SMOKE.batch_size, SMOKE.scale, 0, n_freq=CFG.n_freq, n_classes=CFG.n_classes).batch(0)
+    return DeepMarkIterator(SMOKE.batch_size, SMOKE.scale, 0, lengths=SMOKE.lengths, n_freq=CFG.n_freq,
+                            n_classes=CFG.n_classes).batch(0)
 
 
 # ---- every export is complete ------------------------------------------------------------------------
@@ -107,7 +108,7 @@ def values_per_feature(name, batch_size, frames):
 def biased_band(name):
     """The smallest (n - 1) / n of the epoch's batch shapes for BatchNorm ``name``: a framework that updates
     its running variance with the biased batch variance stores between that fraction and all of PyTorch's."""
-    shapes = DeepMarkIterator(SMOKE.batch_size, SMOKE.scale, 0).shapes()
+    shapes = DeepMarkIterator(SMOKE.batch_size, SMOKE.scale, 0, lengths=SMOKE.lengths).shapes()
     n = min(values_per_feature(name, b, f) for b, f in shapes)
     return (n - 1.0) / n
 

@@ -102,7 +102,7 @@ def test_the_jax_runs_keras_file_opens_on_the_torch_backend(single):
         "import numpy as np, keras",
         "from common.data import DeepMarkIterator; from common.spec import get_preset",
         "P = get_preset('smoke').with_overrides(batch_size=8)",
-        "batch = DeepMarkIterator(P.batch_size, P.scale, 0, n_freq=P.config.n_freq, "
+        "batch = DeepMarkIterator(P.batch_size, P.scale, 0, lengths=P.lengths, n_freq=P.config.n_freq, "
         "n_classes=P.config.n_classes).batch(0)",
         "model = keras.saving.load_model(%r, compile=False)" % native,
         "logits = np.asarray(model.predict_on_batch(batch.features), np.float32).transpose(1, 0, 2)",
