@@ -300,7 +300,8 @@ def _derived(row) -> Dict[str, Optional[str]]:
         "loss_check": None if rel is None else ("%s %.1e" % ("pass" if ok else "FAIL", rel)),
         "forward_ms_span": None if fwd1 is None else "%.1f / %s" % (fwd1, "-" if fwd15 is None else "%.1f" % fwd15),
         "peak_mem_gib": None if peak is None else peak / 2.0 ** 30,
-        "status_text": status if status == "ok" else "%s: %s" % (status, _get(row, "error") or "no reason given"),
+        "status_text": _get(row, "status_override") or (
+            status if status == "ok" else "%s: %s" % (status, _get(row, "error") or "no reason given")),
     }
 
 

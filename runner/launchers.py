@@ -15,19 +15,19 @@ class Launcher:
 
     ``kind``: "torchrun" (one torchrun process starts W workers), "mpiexec" (one mpiexec), "processes"
     (the runner starts W plain processes, with ``rank_env(rank, W, ports)`` their rank variables), or
-    "single" (one process that drives W devices itself).  ``ran_here``: what has been run on this
+    "single" (one process that drives W devices itself).  ``tested``: what has been run on this
     project's CPU machine through this launcher, in words.  ``multinode``: the multi-host form
     (documented, not run here).
     """
 
-    def __init__(self, name: str, kind: str, backend: str, command: str, ran_here: str, multinode: str,
+    def __init__(self, name: str, kind: str, backend: str, command: str, tested: str, multinode: str,
                  rank_env: Optional[Callable[[int, int, List[int]], Dict[str, str]]] = None, ports: int = 0,
                  extra_env: Optional[Callable[[str], Dict[str, str]]] = None, notes: str = ""):
         self.name = name
         self.kind = kind
         self.backend = backend
         self.command = command              # the command line, in words (README, --list)
-        self.ran_here = ran_here
+        self.tested = tested
         self.multinode = multinode
         self.rank_env = rank_env            # (rank, world, ports) -> environment of that rank
         self.ports = ports                  # free loopback ports the launch needs
@@ -101,28 +101,28 @@ LAUNCHERS = OrderedDict((l.name, l) for l in [
     Launcher("torchrun", "torchrun", "gloo (CPU) / nccl (CUDA), chosen by the notebook",
              "<venv>/bin/torchrun --standalone --nnodes 1 --nproc_per_node W --max-restarts 0 "
              "runner/dp_worker.py ... script.py",
-             ran_here="yes: tests/fixtures/dp_fixture.ipynb with collective='gloo' (torch.distributed all_reduce, "
+             tested="tests/fixtures/dp_fixture.ipynb with collective='gloo' (torch.distributed all_reduce, "
                       "W=2, pytorch-cpu): ok, a failing rank, Ctrl-C; tests/fixtures/ddp_uneven.py (DDP, all-reduced "
                       "BatchNorm, uneven and empty shards = one process to 1e-15); the DS2 PyTorch notebook, W=2 on smoke "
                       "(DDP over gloo, AllReduceBatchNorm stand-in): 2 x 4 = 1 x 8 to 5e-7 in the first 10 losses "
                       "(fp32), 2e-15 over the whole epoch (fp64) (tests/test_s2_pytorch.py)",
              multinode=("torchrun on every host: --nnodes N --node_rank R --rdzv_backend c10d --rdzv_endpoint HOST0:PORT "
-                       "(is_host=1 on host 0) --local-addr HOST. Run here on 2 simulated hosts: the DS2 PyTorch "
+                       "(is_host=1 on host 0) --local-addr HOST. Tested on 2 simulated hosts: the DS2 PyTorch "
                        "notebook, 2 x 4 = 1 x 8 to 1.1e-7 (tests/test_hosts.py)")),
     Launcher("tf_config", "processes", "MultiWorkerMirroredStrategy, RING (CPU) / NCCL (CUDA) collectives",
              "W x <venv>/bin/python runner/dp_worker.py ... script.py, each with TF_CONFIG = "
              "{cluster: {worker: [127.0.0.1:P0, ...]}, task: {type: worker, index: r}}",
-             ran_here="yes: tests/fixtures/dp_fixture.ipynb with collective='tf' (MWMS strategy.reduce SUM, W=2, "
+             tested="tests/fixtures/dp_fixture.ipynb with collective='tf' (MWMS strategy.reduce SUM, W=2, "
                       "tensorflow-cpu); the DS2 TensorFlow notebook, W=2 on smoke (MWMS, custom tf.function step, "
                       "BatchNormalization(synchronized=True)): 2 x 4 = 1 x 8 to 1.9e-7 (tests/test_s2_tensorflow.py)",
-             multinode=("one process per slot, TF_CONFIG listing every worker's HOST:PORT. Run here on 2 simulated hosts: "
+             multinode=("one process per slot, TF_CONFIG listing every worker's HOST:PORT. Tested on 2 simulated hosts: "
                        "the DS2 TensorFlow notebook (tests/test_hosts.py, --full)"),
              rank_env=_tf_env, ports=-1),         # -1: one port per worker
     Launcher("jax", "processes", "jax.distributed (gloo collectives on CPU, NCCL on CUDA)",
              "W x <venv>/bin/python runner/dp_worker.py ... script.py, each with DS2_COORDINATOR="
              "JAX_COORDINATOR_ADDRESS=127.0.0.1:P, DS2_NUM_PROCESSES=W, DS2_PROCESS_ID=r; the notebook calls "
              "jax.distributed.initialize(DS2_COORDINATOR, num_processes, process_id)",
-             ran_here="yes: tests/fixtures/dp_fixture.ipynb with collective='jax' (jax.distributed.initialize, "
+             tested="tests/fixtures/dp_fixture.ipynb with collective='jax' (jax.distributed.initialize, "
                       "process_allgather over gloo, W=2, jax-cpu); the DS2 Keras notebook on JAX, W=2 on smoke "
                       "(keras.distribution.DataParallel): 2 x 4 = 1 x 8 to 9.9e-8 (tests/test_s2_keras.py); the DS2 "
                       "JAX notebook (NamedSharding over a 'data' mesh, batches W does not divide replicated): "
@@ -134,18 +134,18 @@ LAUNCHERS = OrderedDict((l.name, l) for l in [
     Launcher("mpiexec", "mpiexec", "OpenMPI (CNTK data_parallel_distributed_learner)",
              "mpiexec --allow-run-as-root --oversubscribe -n W -x LD_LIBRARY_PATH=<venv>/mpi-compat "
              "-x DS2_DP_RUN <venv>/bin/python runner/dp_worker.py ... script.py",
-             ran_here="yes: a standard-library script (ok, a failing rank) and tests/fixtures/dp_fixture.ipynb with "
+             tested="a standard-library script (ok, a failing rank) and tests/fixtures/dp_fixture.ipynb with "
                       "collective='cntk' (CNTK 2.7 mpicommunicator aggregate_in_place on Python 3.6, OpenMPI 4, W=2); "
                       "the DS2 CNTK notebook, W=2 on smoke (data_parallel_distributed_learner, BatchNorm statistics "
                       "all-reduced by an MPI UserFunction): 2 x 4 = 1 x 8 to 1e-7 (tests/test_dp16.py)",
              multinode=("mpiexec --hostfile (host slots=N) on the launching host, ssh as OpenMPI's rsh agent, its TCP "
-                       "traffic on the network that reaches host 0. Run here on 2 simulated hosts: the DS2 CNTK "
+                       "traffic on the network that reaches host 0. Tested on 2 simulated hosts: the DS2 CNTK "
                        "notebook, 2 x 4 = 1 x 8 to 9.9e-8"),
              extra_env=_cntk_env),
     Launcher("single", "single", "one process driving W devices (MXNet kvstore 'device' over mx.cpu(0..W-1) "
                                  "or mx.gpu(0..W-1))",
              "<venv>/bin/python runner/dp_worker.py ... script.py (workers=W)",
-             ran_here="yes: the DS2 MXNet notebook, W=2 on smoke over mx.cpu(0), mx.cpu(1) (kvstore 'device', "
+             tested="the DS2 MXNet notebook, W=2 on smoke over mx.cpu(0), mx.cpu(1) (kvstore 'device', "
                       "SyncBatchNorm, one thread per device): 2 x 4 = 1 x 8 to 1e-7 (tests/test_dp16.py); with "
                       "--mxnet-dp local (each device its own BatchNorm statistics) the reference of dist_sync",
              multinode="see mxnet_dist_sync", extra_env=_mxnet_env),
@@ -154,16 +154,16 @@ LAUNCHERS = OrderedDict((l.name, l) for l in [
              "<venv>/bin/python -c 'import mxnet' with DMLC_ROLE=scheduler and DMLC_ROLE=server; every process "
              "DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=P DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=W "
              "DMLC_NODE_HOST=127.0.0.1 (run_all.py --mxnet-dp dist_sync)",
-             ran_here="yes: the DS2 MXNet notebook, W=2 on smoke (kvstore 'dist_sync', update_on_kvstore=False, "
+             tested="the DS2 MXNet notebook, W=2 on smoke (kvstore 'dist_sync', update_on_kvstore=False, "
                       "each worker its own BatchNorm statistics) against --mxnet-dp local (tests/test_dp16.py)",
              multinode=("the ps-lite scheduler and a server on host 0, workers on every host (DMLC_PS_ROOT_URI=host 0, "
-                       "DMLC_NODE_HOST = the host's own name). Run here on 2 simulated hosts: the DS2 MXNet notebook "
+                       "DMLC_NODE_HOST = the host's own name). Tested on 2 simulated hosts: the DS2 MXNet notebook "
                        "(--mxnet-dp dist_sync)"),
              extra_env=_mxnet_env),
     Launcher("python", "processes", "whatever the script initialises (torchrun's env:// variables are set)",
              "W x python runner/dp_worker.py ... script.py, each with RANK, WORLD_SIZE, LOCAL_RANK, "
              "MASTER_ADDR=127.0.0.1, MASTER_PORT=P",
-             ran_here="yes: the tests' standard-library fixture notebook (tests/fixtures/dp_fixture.ipynb)",
+             tested="the tests' standard-library fixture notebook (tests/fixtures/dp_fixture.ipynb)",
              multinode="the fault cases of tests/test_hosts.py on 2 simulated hosts (a host that never joins, a killed rank, Ctrl-C)", rank_env=_torch_env, ports=1),
 ])
 
@@ -197,6 +197,6 @@ def launcher_table_markdown() -> str:
             ", ".join("%s (--mxnet-dp %s)" % (t, m) for t in ("mxnet",) for m, spec in MXNET_DP_MODES.items()
                       if spec["launcher"] == l.name) or "tests"
         rows.append("| %s | %s | %s |" % (l.name, targets, l.kind))
-        notes.append("- **%s**: `%s`\n  - Run here: %s\n  - Several hosts (`--hosts`): %s" % (
-            l.name, l.command, l.ran_here, l.multinode))
+        notes.append("- **%s**: `%s`\n  - Tested: %s\n  - Several hosts (`--hosts`): %s" % (
+            l.name, l.command, l.tested, l.multinode))
     return "\n".join(rows) + "\n\n" + "\n".join(notes) + "\n"

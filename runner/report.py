@@ -42,6 +42,7 @@ from .report_records import (K_STEPS, _bench_groups, _bench_key, _bench_title, _
                              _group_key, _group_title, _groups, _label, _number, _ok, _roofline, _speed, dp_label,
                              flop_unit, is_variant, md_table, pytorch_twin, row_name, row_of_record, short_device,
                              stopped_early, trajectory)
+from .report_gpu import TITLE, before_you_rent
 from .report_latency import load_latency
 from .report_tables import (NOT_FINISHED, PRESET_ORDER, RECORD_COLUMNS, _summary_order,  # noqa: F401
                             device_short_names, fastest_variant, summary_column,
@@ -70,7 +71,7 @@ def _make_plots(records: List[dict], controls: List[dict], plots_dir: str) -> di
     return made
 
 
-def _top_lines(records, all_records, output, image, header) -> List[str]:
+def _top_lines(records, all_records, output, image, header, records_dir) -> List[str]:
     """The title, the summary and the table of record."""
     return [
         "# DS2 Rosetta results",
@@ -82,6 +83,7 @@ def _top_lines(records, all_records, output, image, header) -> List[str]:
         "A framework that could not run keeps its row in the table of record, with the reason. CPU `smoke` rows "
         "check correctness and the pipeline; they say nothing about GPU speed.",
         "",
+    ] + before_you_rent(all_records, records_dir, output) + [
         "## Table of record",
         "",
     ] + (record_tables(records, output) if records else ["_No result records._\n"]) + [
@@ -208,7 +210,7 @@ def render(results_dir: str, command: str, commit: Optional[str], output: str, w
     provenance = provenance_rows(all_records)
     header = header_line(command, commit, len(all_records), rel(records_dir), len(provenance),
                          len(set(p["Machine"] for p in provenance)))
-    lines = _top_lines(records, all_records, output, image, header) \
+    lines = _top_lines(records, all_records, output, image, header, records_dir) \
         + unreadable_lines(unreadable, records_dir, output) + _speed_lines(records, image, load_latency(results_dir)) \
         + _agreement_lines(records, controls, image) \
         + migration_section(results_dir, records, records_dir, controls) + onnx_section(records, results_dir, output) \
@@ -223,35 +225,49 @@ def render(results_dir: str, command: str, commit: Optional[str], output: str, w
     return "\n".join(lines)
 
 
-#: README.md's copy of the summary sits between these two lines; writing the project's results.md rewrites it
+#: README.md's copies of parts of the page sit between marker lines; writing the project's results.md rewrites them
 README = os.path.join(ROOT, "README.md")
 README_BEGIN = "<!-- results.md's summary, copied here by python -m runner.report: edit runner/report_tables.py -->"
 README_END = "<!-- end of results.md's summary -->"
+GPU_BEGIN = "<!-- results.md's GPU facts, copied here by python -m runner.report: edit runner/report_gpu.py -->"
+GPU_END = "<!-- end of results.md's GPU facts -->"
 
 
-def summary_block(page: str) -> str:
-    """The summary of a results page without its heading: its lines up to the plot or the next section."""
-    lines = page.split("\n## Summary\n", 1)[1].split("\n") if "\n## Summary\n" in page else []
+def section_block(page: str, title: str, stop=("![", "## ")) -> str:
+    """The lines of ``page``'s section ``title`` (a ``## `` heading), without the heading: up to a plot or the
+    next section."""
+    marker = "\n%s\n" % title
+    lines = page.split(marker, 1)[1].split("\n") if marker in page else []
     out = []
     for line in lines:
-        if line.startswith("![") or line.startswith("## "):
+        if line.startswith(stop):
             break
         out.append(line)
     return "\n".join(out).strip("\n")
 
 
+def summary_block(page: str) -> str:
+    """The summary of a results page without its heading: its lines up to the plot or the next section."""
+    return section_block(page, "## Summary")
+
+
+def _replace_between(text: str, begin: str, end: str, block: str) -> str:
+    if begin not in text or end not in text.split(begin, 1)[1]:
+        return text
+    head, rest = text.split(begin, 1)
+    return "%s%s\n\n%s\n\n%s%s" % (head, begin, block, end, rest.split(end, 1)[1])
+
+
 def sync_readme(page: str, readme: str = README) -> bool:
-    """Put ``page``'s summary between README.md's two marker lines; True when README.md changed."""
+    """Put ``page``'s summary and its GPU facts ("Before you rent a GPU", under a heading of README.md's own)
+    between README.md's marker lines; True when README.md changed."""
     try:
         with open(readme) as f:
             text = f.read()
     except OSError:
         return False
-    if README_BEGIN not in text or README_END not in text.split(README_BEGIN, 1)[1]:
-        return False
-    head, rest = text.split(README_BEGIN, 1)
-    tail = rest.split(README_END, 1)[1]
-    new = "%s%s\n\n%s\n\n%s%s" % (head, README_BEGIN, summary_block(page), README_END, tail)
+    new = _replace_between(text, README_BEGIN, README_END, summary_block(page))
+    new = _replace_between(new, GPU_BEGIN, GPU_END, section_block(page, TITLE, stop=("## ",)))
     if new == text:
         return False
     atomic_write_text(readme, new)

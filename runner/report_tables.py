@@ -214,6 +214,9 @@ def record_tables(records: List[dict], output: str) -> List[str]:
     for key, recs in groups.items():
         df = results.records_frame(recs)
         df["notebook_link"] = [notebook_link(r, output) for r in recs]
+        # stopped by a signal or a time limit: not the row's own failure
+        df["status_override"] = ["%s: %s" % (NOT_FINISHED, r.get("error")) if stopped_early(r) else None
+                                 for r in recs]
         if any(dp_label(r) for r in recs):            # "Gluon / 2 workers, dist_sync, 2 hosts"
             df["variant"] = [" / ".join(x for x in ((r.get("variant") or ""), dp_label(r)) if x) or None
                              for r in recs]
@@ -270,7 +273,8 @@ def speed_rows(records: List[dict], latency: Optional[dict] = None) -> "OrderedD
             ] + ([(LATENCY_COLUMN, 100.0 * shares[id(rec)] if shares[id(rec)] is not None else None)]
                  if with_latency else []) + [
                 ("Row of record \u00f7 fastest variant", speed / _speed(twin) if twin is not None else None),
-                ("Status", status if status == "ok" else "%s: %s" % (status, rec.get("error") or "no reason given")),
+                ("Status", status if status == "ok" else "%s: %s" % (NOT_FINISHED if stopped_early(rec) else status,
+                                                                    rec.get("error") or "no reason given")),
             ]))
         out[key] = (unit, rows)
     return out

@@ -132,6 +132,38 @@ def test_readme_is_short_and_its_headline_is_results_md_summary():
         "python -m runner.report copies results.md's summary into README.md"
 
 
+def test_readme_gpu_facts_are_results_md_before_you_rent_a_gpu():
+    from runner import report
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    block = report.section_block(open(os.path.join(ROOT, "results.md")).read(), report.TITLE, stop=("## ",))
+    assert "**Has run on a GPU**" in block and "Run `python run_all.py --preset quick` first" in block
+    assert "%s\n\n%s\n\n%s" % (report.GPU_BEGIN, block, report.GPU_END) in readme, \
+        "python -m runner.report copies results.md's GPU facts into README.md"
+
+
+#: a sentence that says something ran or was measured on a named GPU ...
+GPU_CLAIM = re.compile(r"\b(H100|H200|A100|V100|B200|L40S)\b")
+CLAIM_VERB = re.compile(r"\b(ran|has run|have run|were made|was made|measured|took|trained|records?)\b", re.I)
+#: ... names a committed record in its paragraph: a record's file, results.md, or README.md's GPU facts
+NAMES_RECORD = re.compile(r"results/records/[^)\s]+\.json|results\.md|#before-you-rent-a-gpu")
+
+
+def test_every_gpu_claim_in_the_docs_names_a_committed_record():
+    bad = []
+    for path in ["README.md"] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md"))):
+        text = open(os.path.join(ROOT, path)).read()
+        for para in re.split(r"\n\s*\n", text):
+            if para.lstrip().startswith(("|", "<!--", "Devices:")):      # tables and generated blocks: from records
+                continue
+            claims = [s for s in re.split(r"(?<=[.;:])\s+", para) if GPU_CLAIM.search(s) and CLAIM_VERB.search(s)]
+            if claims and not NAMES_RECORD.search(para):
+                bad.append("%s: %s" % (os.path.relpath(path, ROOT), claims[0][:160]))
+            for link in re.findall(r"\((?:\.\./)?(results/records/[^)\s]+\.json)\)", para):
+                if not os.path.exists(os.path.join(ROOT, link)):
+                    bad.append("%s: links a missing record %s" % (os.path.relpath(path, ROOT), link))
+    assert not bad, "\n".join(bad)
+
+
 # ---- docs/running.md lists every option of run_all.py --------------------------------------------------------
 ENTRY = re.compile(r"^(?:- |\| )`(--[a-z0-9][a-z0-9-]*)(?: [^`]*)?`", re.M)
 

@@ -506,7 +506,9 @@ def test_a_row_stopped_by_a_signal_or_a_time_limit_is_not_finished_and_the_lone_
     assert rows["pytorch"] == "| pytorch | 500 (no other framework finished) |"
     assert rows["jax"] == "| jax | not finished (interrupted) |"
     assert rows["mxnet"] == "| mxnet | failed |"
-    assert "failed: %s" % error in md.split("## Table of record")[1]        # the reason, in the table of record
+    table = md.split("## Table of record")[1]
+    assert "not finished (interrupted): %s" % error in table               # the reason, in the table of record
+    assert "failed: %s" % error not in table and "failed: MXNetError: no kernel image" in table
 
 
 def _dp_record(tmp_path, target, framework, speed, mode=None, hosts=2):
@@ -570,6 +572,59 @@ def test_readme_copy_of_the_summary_is_rewritten_between_its_markers(tmp_path, r
     plain = tmp_path / "plain.md"
     plain.write_text("no markers\n")
     assert not report.sync_readme(page, str(plain)) and plain.read_text() == "no markers\n"
+
+
+def _gpu_record(target, framework, speed, **kw):
+    rec = fixture_record(target, framework, LOSSES, speed, device="NVIDIA H200", dtype="cuda", preset="quick",
+                         batch_size=32, **kw)
+    rec["timing"].update(train_s=30.0, projected_epoch_s=600.0, projected_scale=1280)
+    rec["run"] = dict(rec["run"], wall_s=100.0, executed_notebook="results/notebooks/%s_quick_fp32_bs32_nvidia-h200"
+                      ".ipynb" % target)
+    return rec
+
+
+def test_before_you_rent_a_gpu_says_what_ran_what_cannot_and_how_long_from_the_records(tmp_path):
+    ok = _gpu_record("pytorch", "PyTorch", 1300.0, as_is=True)
+    stopped = results.failed_record("jax", "failed", "interrupted (SIGINT)", framework="JAX", preset="quick",
+                                    precision="fp32", batch_size=32, device={"type": "cuda", "name": "NVIDIA H200"},
+                                    as_is=True)
+    d = tmp_path / "results" / "records"
+    d.mkdir(parents=True)
+    results.write_record(str(d / "pytorch_quick_fp32_bs32_nvidia-h200.json"), ok)
+    results.write_record(str(d / "jax.json"), stopped)
+    results.write_record(str(d / "tf.json"), fixture_record("tensorflow", "TensorFlow", LOSSES, 300.0))
+    md = report.render(str(tmp_path / "results"), "python -m runner.report", "abc", str(tmp_path / "results.md"))
+    block = report.section_block(md, report.TITLE, stop=("## ",))
+    ran = [l for l in block.splitlines() if l.startswith("  - `")]
+    assert ran[0].startswith("  - `jax` quick, fp32, batch 32, on an NVIDIA H200 through the frameworks as "
+                             "installed") and "not finished (interrupted) (no record file)" in ran[0]
+    assert "`pytorch` quick" in ran[1] and "ok, 1300 audio-s/s ([record](results/records/pytorch_quick_fp32_bs32_" \
+        "nvidia-h200.json))" in ran[1]
+    assert not any("tensorflow" in l for l in ran)                    # a CPU record is no GPU claim
+    assert "**Routes no GPU has run:** the pinned environments" in block and "an offline wheelhouse" in block
+    assert "as installed (`--use-installed`)" not in block.split("**Routes no GPU has run:**")[1].split("\n")[0]
+    assert "`jax`" in block.split("**Environments no row has finished in on a GPU:**")[1].split("\n")[0]
+    hopper = [l for l in block.splitlines() if "H100, H200 (Hopper), sm_90" in l][0]
+    assert "`mxnet`: mxnet-cu112" in hopper and "no kernel image" in hopper and "`pytorch`" not in hopper
+    assert "`pytorch` fp32, batch 32, NVIDIA H200: quick 100 s, deepmark about 11 min" in block   # 100 - 30 + 600
+    assert "Run `python run_all.py --preset quick` first" in block
+
+
+def test_before_you_rent_a_gpu_without_gpu_records_says_nothing_ran(tmp_path, records_dir):
+    md = report.render(str(records_dir), "python -m runner.report", "abc", str(tmp_path / "results.md"))
+    block = report.section_block(md, report.TITLE, stop=("## ",))
+    assert "**Has run on a GPU:** nothing yet" in block and "no row's time is known" in block
+    assert "the pinned environments" in block and "the frameworks as installed" in block
+
+
+def test_readme_copy_of_the_gpu_facts_is_rewritten_between_its_markers(tmp_path, records_dir):
+    page = report.render(str(records_dir), "python -m runner.report", "abc", str(tmp_path / "results.md"))
+    readme = tmp_path / "README.md"
+    readme.write_text("# T\n\n%s\nstale facts\n%s\n\n## Next\n" % (report.GPU_BEGIN, report.GPU_END))
+    assert report.sync_readme(page, str(readme))
+    text = readme.read_text()
+    assert "**Has run on a GPU:** nothing yet" in text and "stale facts" not in text and text.endswith("\n\n## Next\n")
+    assert not report.sync_readme(page, str(readme))
 
 
 def test_records_of_other_lengths_than_the_preset_keeps_are_their_own_group(tmp_path):

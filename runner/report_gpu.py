@@ -1,0 +1,150 @@
+"""results.md's "Before you rent a GPU": what the records show has run on a GPU, what the build audit says cannot
+run where, which routes no GPU has run yet, and how long each preset takes per row on the card that ran it.
+
+Every statement comes from a committed record (``results/records``) or from ``runner/preflight.py``'s audit of the
+GPU builds; nothing here is typed by hand.  README.md carries a copy between two marker lines.
+"""
+import os
+from collections import OrderedDict
+from typing import List, Optional, Tuple
+
+from common.spec import DEEPMARK_SCALE, PRESETS
+
+from .preflight import BUILDS, arch_verdict
+from .report_records import stopped_early
+from .targets import ALL_TARGETS
+
+#: the cards the audit is read for: (compute capability, the cards of that architecture)
+CARDS = [((7, 0), "V100 (Volta)"), ((8, 0), "A100 (Ampere)"), ((8, 9), "L4, L40S (Ada)"),
+         ((9, 0), "H100, H200 (Hopper)"), ((10, 0), "B200 (Blackwell)")]
+#: the three routes to a GPU machine (docs/gpus.md#three-routes-to-a-gpu-machine)
+ROUTES = OrderedDict([("pinned", "the pinned environments (`python run_all.py`, envs/*-cuda.txt)"),
+                      ("installed", "the frameworks as installed (`--use-installed`)"),
+                      ("wheelhouse", "an offline wheelhouse (`--wheelhouse DIR`)")])
+TITLE = "## Before you rent a GPU"
+
+
+def is_gpu(rec: dict) -> bool:
+    return (rec.get("device") or {}).get("type") == "cuda"
+
+
+def route(rec: dict) -> str:
+    """How the record's row got its framework: as installed, from a wheelhouse or from the pinned environments."""
+    if rec.get("as_is"):
+        return "installed"
+    if "--wheelhouse" in str((rec.get("run") or {}).get("command") or ""):
+        return "wheelhouse"
+    return "pinned"
+
+
+def _record_link(rec: dict, records_dir: str, output: str) -> str:
+    """A link to the record's file (named as its executed notebook), or nothing where there is no such file."""
+    notebook = (rec.get("run") or {}).get("executed_notebook") or ""
+    path = os.path.join(records_dir, os.path.splitext(os.path.basename(notebook))[0] + ".json")
+    if not notebook or not os.path.exists(path):
+        return "no record file"
+    return "[record](%s)" % os.path.relpath(path, os.path.dirname(os.path.abspath(output)))
+
+
+def _outcome(rec: dict) -> str:
+    if rec.get("status") == "ok":
+        speed = (rec.get("timing") or {}).get("audio_s_per_s")
+        return "ok, %s audio-s/s" % ("%.0f" % speed if speed is not None else "?")
+    if stopped_early(rec):
+        return "not finished (interrupted)"
+    return "%s: %s" % (rec.get("status"), str(rec.get("error") or "no reason given")[:120])
+
+
+def ran_lines(gpu: List[dict], records_dir: str, output: str) -> List[str]:
+    if not gpu:
+        return ["- **Has run on a GPU:** nothing yet: no record here ran on a GPU."]
+    lines = ["- **Has run on a GPU** (one line per record):"]
+    for rec in sorted(gpu, key=lambda r: (r.get("target", ""), r.get("preset", ""), r.get("precision", ""))):
+        lines.append("  - `%s` %s, %s, batch %s, on an %s through %s: %s (%s)" % (
+            rec.get("target"), rec.get("preset"), rec.get("precision"), rec.get("batch_size"),
+            (rec.get("device") or {}).get("name") or "unknown GPU", ROUTES[route(rec)], _outcome(rec),
+            _record_link(rec, records_dir, output)))
+    return lines
+
+
+def never_lines(gpu: List[dict]) -> List[str]:
+    used = set(route(r) for r in gpu)
+    never = [text for key, text in ROUTES.items() if key not in used]
+    ran = set(ALL_TARGETS[r["target"]].env for r in gpu if r.get("target") in ALL_TARGETS and r.get("status") == "ok")
+    rows = [env for env in BUILDS if env not in ran]
+    out = []
+    if never:
+        out.append("- **Routes no GPU has run:** %s." % "; ".join(never))
+    if rows:
+        out.append("- **Environments no row has finished in on a GPU:** %s." % ", ".join("`%s`" % e for e in rows))
+    return out
+
+
+def audit(cc: Tuple[int, int]) -> "OrderedDict":
+    """{environment: None when one of its builds has machine code or compiles for ``cc``, else what it needs or
+    why none runs}: the best of its builds on that architecture."""
+    out = OrderedDict()
+    for env, builds in BUILDS.items():
+        verdicts = [arch_verdict(b, cc) for b in builds]
+        if any(how in ("sass", "codegen") for _, how in verdicts):
+            out[env] = None
+        elif any(how == "jit" for _, how in verdicts):
+            out[env] = "only through the driver's JIT of older PTX (minutes at the first start; never run)"
+        else:
+            out[env] = next(reason for reason, _ in verdicts if reason)
+    return out
+
+
+def cannot_lines() -> List[str]:
+    lines = ["- **What each architecture cannot run** (runner/preflight.py's audit of each GPU build; the GPU "
+             "preflight says it again on the machine, before anything is installed):"]
+    for cc, cards in CARDS:
+        issues = [(env, why) for env, why in audit(cc).items() if why]
+        text = "; ".join("`%s`: %s" % (env, why) for env, why in issues) if issues else "every environment has a build"
+        lines.append("  - %s, sm_%d%d: %s" % (cards, cc[0], cc[1], text))
+    return lines
+
+
+def _minutes(seconds: Optional[float]) -> str:
+    return "?" if seconds is None else "%.0f min" % (seconds / 60.0) if seconds >= 120 else "%.0f s" % seconds
+
+
+def wall_estimates(gpu: List[dict]) -> List[Tuple[dict, float, Optional[float]]]:
+    """(record, its measured notebook wall time, the deepmark preset's estimated wall time) for each finished GPU
+    record of the full model: the run's own time with its timed pass replaced by one full epoch at its measured
+    speed (``timing.projected_epoch_s``, which the timing helper writes)."""
+    out = []
+    for rec in gpu:
+        timing, run = rec.get("timing") or {}, rec.get("run") or {}
+        if rec.get("status") != "ok" or rec.get("preset") not in ("quick", "deepmark") or run.get("wall_s") is None:
+            continue
+        epoch = timing.get("projected_epoch_s") if timing.get("projected_scale") == DEEPMARK_SCALE else None
+        deepmark = (run["wall_s"] - timing.get("train_s", 0.0) + epoch) if epoch is not None else None
+        out.append((rec, run["wall_s"], deepmark))
+    return out
+
+
+def time_lines(gpu: List[dict]) -> List[str]:
+    est = wall_estimates(gpu)
+    lines = ["- **How long a row takes:** "]
+    if not est:
+        lines[0] += "no finished GPU record of the full model yet, so no row's time is known."
+        return lines
+    lines[0] += ("measured notebook wall time on `quick` (%s), and the `deepmark` preset (%s, the GPU default) "
+                 "estimated as that run with its timed pass replaced by one full epoch at its measured speed. A row "
+                 "not listed has no finished GPU record: its time is unknown, and slower frameworks take far longer."
+                 % (PRESETS["quick"].purpose, PRESETS["deepmark"].purpose))
+    for rec, quick, deepmark in est:
+        lines.append("  - `%s` %s, batch %s, %s: quick %s, deepmark about %s" % (
+            rec.get("target"), rec.get("precision"), rec.get("batch_size"), (rec.get("device") or {}).get("name"),
+            _minutes(quick), _minutes(deepmark)))
+    return lines
+
+
+def before_you_rent(records: List[dict], records_dir: str, output: str) -> List[str]:
+    """The section's lines (README.md copies them)."""
+    gpu = [r for r in records if is_gpu(r)]
+    return [TITLE, ""] + ran_lines(gpu, records_dir, output) + never_lines(gpu) + cannot_lines() \
+        + time_lines(gpu) + [
+            "- **Run `python run_all.py --preset quick` first**: 5% of an epoch, enough for every row's speed, and "
+            "its records say how long the full preset will take.", ""]
