@@ -31,9 +31,10 @@ MARKER = "DS2_DP_HOST_RUN"
 POLL_S = 0.1
 
 
-def marked(value):
-    """Live processes whose initial environment holds MARKER=value (a /proc scan), this one excepted."""
-    needle = ("%s=%s" % (MARKER, value)).encode()
+def marked(value, name=MARKER):
+    """Live processes (not zombies) whose initial environment holds name=value (a /proc scan), this one
+    excepted."""
+    needle = ("%s=%s" % (name, value)).encode()
     out = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == os.getpid():
@@ -43,12 +44,45 @@ def marked(value):
                 if needle not in f.read().split(b"\0"):
                     continue
             with open("/proc/%s/stat" % entry) as f:
-                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                if f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
                     continue
-        except OSError:
+        except (OSError, IndexError):
             continue
         out.append(int(entry))
     return out
+
+
+def signal_all(procs, value, name, sig):
+    for p in procs:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, sig)           # its session = its process group
+            except OSError:
+                pass
+    for pid in marked(value, name):
+        try:
+            os.kill(pid, sig)
+        except OSError:
+            pass
+
+
+def _wait_all(procs, value, name, seconds):
+    deadline = time.time() + seconds
+    while time.time() < deadline and (any(p.poll() is None for p in procs) or marked(value, name)):
+        time.sleep(POLL_S)
+
+
+def stop_all(procs, value, grace, name=MARKER):
+    """SIGTERM to every process of ``procs`` (its process group) and to every process marked name=value, then
+    SIGKILL to what is left after ``grace`` seconds -- also when a signal cuts the grace period short -- and up to
+    ``grace`` seconds more for them to go (the children reaped).  The one way the project stops what a run started:
+    the host agent, the data-parallel supervisor (runner/supervise.py) and the GPU session (tools/gpu_session.py)."""
+    try:
+        signal_all(procs, value, name, signal.SIGTERM)
+        _wait_all(procs, value, name, grace)
+    finally:
+        signal_all(procs, value, name, signal.SIGKILL)
+    _wait_all(procs, value, name, grace)
 
 
 def interface_to(host, port=9):
@@ -116,21 +150,7 @@ def main(argv):
             code = 0
             break
         time.sleep(POLL_S)
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, grace)):
-        for p in procs:
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, sig)
-                except OSError:
-                    pass
-        for pid in marked(value):
-            try:
-                os.kill(pid, sig)
-            except OSError:
-                pass
-        deadline = time.time() + wait
-        while time.time() < deadline and (any(p.poll() is None for p in procs) or marked(value)):
-            time.sleep(POLL_S)
+    stop_all(procs, value, grace)
     if code is None:
         sys.stderr.write("[host_agent] stopped: every process of this host ended\n")
         return 143

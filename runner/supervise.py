@@ -16,6 +16,7 @@ from typing import Dict, List, Optional
 from common import results
 from common.parallel import process_start_time
 
+from . import host_agent
 from .bootstrap import ROOT, last_error_line
 from .launchers import Launcher, _ps_env
 
@@ -70,37 +71,7 @@ def _worker_setup():
 
 def marked_processes(marker_value: str, name: str = MARKER) -> List[int]:
     """Live processes (not zombies) whose initial environment holds ``name=marker_value``: a /proc scan."""
-    needle = ("%s=%s" % (name, marker_value)).encode()
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        pid = int(entry)
-        try:
-            with open("/proc/%d/environ" % pid, "rb") as f:
-                if needle not in f.read().split(b"\0"):
-                    continue
-            with open("/proc/%d/stat" % pid) as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state not in ("Z", "X"):
-            pids.append(pid)
-    return pids
-
-
-def _signal_all(procs: List[subprocess.Popen], marker_value: str, sig: int) -> None:
-    for p in procs:
-        if p.poll() is None:
-            try:
-                os.killpg(p.pid, sig)          # its session = its process group
-            except OSError:
-                pass
-    for pid in marked_processes(marker_value):
-        try:
-            os.kill(pid, sig)
-        except OSError:
-            pass
+    return host_agent.marked(marker_value, name)
 
 
 def terminate(procs: List[subprocess.Popen], marker_value: str, grace: float = GRACE_S) -> None:
@@ -117,23 +88,12 @@ def terminate(procs: List[subprocess.Popen], marker_value: str, grace: float = G
 
 
 def _terminate(procs: List[subprocess.Popen], marker_value: str, grace: float) -> None:
-    try:
-        _signal_all(procs, marker_value, signal.SIGTERM)
-        deadline = time.time() + grace
-        while time.time() < deadline:
-            if all(p.poll() is not None for p in procs) and not marked_processes(marker_value):
-                break
-            time.sleep(POLL_S)
-    finally:          # a signal that cuts the grace period short (SIGTERM to the runner) still gets here
-        _signal_all(procs, marker_value, signal.SIGKILL)
-    for p in procs:
+    host_agent.stop_all(procs, marker_value, grace, name=MARKER)
+    for p in procs:                              # reaped (stop_all polled them); a stuck one gets ``grace`` more
         try:
             p.wait(timeout=grace)
         except subprocess.TimeoutExpired:
             pass
-    deadline = time.time() + grace
-    while marked_processes(marker_value) and time.time() < deadline:   # orphans: killed, reaped by init
-        time.sleep(POLL_S)
 
 
 class LaunchResult:
@@ -380,7 +340,8 @@ def launch(launcher: Launcher, python: str, script: str, world: int, log_prefix:
 
     procs = []   # type: List[subprocess.Popen]
     from . import interrupt
-    interrupt.track_run(run_id, lambda sig: _signal_all(procs, run_id, sig))   # a second signal: SIGKILL to all
+    # a second signal: SIGKILL to all
+    interrupt.track_run(run_id, lambda sig: host_agent.signal_all(procs, run_id, MARKER, sig))
     # torchrun and mpiexec stop their workers on SIGTERM; what the runner starts itself gets SIGKILL; an ssh client
     # that ends closes the connection, and the host's agent stops every process of that host
     preexec = _child_setup if launcher.kind in ("torchrun", "mpiexec") or hosts else _worker_setup

@@ -53,7 +53,7 @@ sys.path.insert(0, ROOT)
 
 from common import envinfo  # noqa: E402  (standard library only, as are the two below)
 from common.spec import PRECISIONS, PRESETS, get_preset  # noqa: E402
-from runner import validate  # noqa: E402
+from runner import host_agent, validate  # noqa: E402
 from runner.targets import ALL_TARGETS  # noqa: E402
 
 PROG = "gpu_session.py"
@@ -169,41 +169,13 @@ class Deadline:
 # ---- processes ----------------------------------------------------------------------------------------------------
 def marked_processes(value: str, name: str = MARKER) -> List[int]:
     """Live processes whose environment holds ``name=value`` (a /proc scan; kernels start sessions of their own)."""
-    needle = ("%s=%s" % (name, value)).encode()
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            with open("/proc/%s/environ" % entry, "rb") as f:
-                if needle not in f.read().split(b"\0"):
-                    continue
-            with open("/proc/%s/stat" % entry) as f:
-                if f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
-                    continue
-        except (OSError, IndexError):
-            continue
-        pids.append(int(entry))
-    return pids
+    return host_agent.marked(value, name)
 
 
 def stop(proc: subprocess.Popen, marker: str, grace: float = GRACE_S) -> None:
     """SIGTERM to the child's process group and to every marked process, SIGKILL to what is left after ``grace``
-    seconds; the child reaped."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        if proc.poll() is None:
-            try:
-                os.killpg(proc.pid, sig)
-            except OSError:
-                pass
-        for pid in marked_processes(marker):
-            try:
-                os.kill(pid, sig)
-            except OSError:
-                pass
-        until = time.monotonic() + grace
-        while time.monotonic() < until and (proc.poll() is None or marked_processes(marker)):
-            time.sleep(0.2)
+    seconds (runner/host_agent.py's ``stop_all``); the child reaped."""
+    host_agent.stop_all([proc], marker, grace, name=MARKER)
     try:
         proc.wait(timeout=grace)
     except subprocess.TimeoutExpired:
