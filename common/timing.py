@@ -16,7 +16,9 @@ and the :class:`BenchmarkTimer` runs the protocol:
    same batches in every framework, so the loss trajectory stays comparable.
 2. **Timed pass**: the whole iterator once, in its order, the device synchronised at the end
    of every step.  ``train_s`` is the wall-clock time of the pass.
-3. **Forward-only**: one batch per utterance length, a few repeats, median per length.
+3. **Forward-only**: one batch per utterance length, a few repeats, median per length.  With a
+   time budget (``budget_s``, opt-in) the repeats go round the lengths and stop once the budget is
+   spent: every length is still timed at least once, whatever the number of lengths.
 
 :meth:`BenchmarkTimer.summary` turns this into the record's ``timing`` and ``losses``.
 """
@@ -55,6 +57,8 @@ class BenchmarkTimer:
         self.train_s = None           # type: Optional[float]
         self.forward_ms = OrderedDict()  # seconds of audio -> median ms
         self.forward_repeats = None   # type: Optional[int]
+        self.forward_counts = OrderedDict()   # seconds of audio -> how many times that length was timed
+        self.forward_budget_s = None  # type: Optional[float]
         self.training_peak_rss = None  # type: Optional[int]  # process peak RSS at the end of the timed pass
 
     def _timed(self, fn, batch):
@@ -100,15 +104,38 @@ class BenchmarkTimer:
         self.training_peak_rss = host_peak_rss_bytes()   # warm-up and timed pass; not what a notebook does later
         return self.train_s
 
-    def forward(self, forward: Callable, batches: Iterable, repeats: int = 3) -> "OrderedDict":
-        """Median forward-only milliseconds per utterance length (``iterator.one_batch_per_length()``)."""
+    def forward(self, forward: Callable, batches: Iterable, repeats: int = 3,
+                budget_s: Optional[float] = None) -> "OrderedDict":
+        """Median forward-only milliseconds per utterance length (``iterator.one_batch_per_length()``).
+
+        Without ``budget_s`` (the default) each length is timed ``repeats`` times, one length after the other.
+        With ``budget_s`` (seconds) the timing goes round the lengths, at most ``repeats`` rounds: the first
+        round times every length once, and after it a timing starts only while less than ``budget_s`` has
+        passed since the first one began (a round may stop part-way).  So every length is timed at least once
+        and at most ``repeats`` times, whatever the number of lengths; ``forward_counts`` says how often each
+        was, and ``forward_repeats`` stays the repeats asked for (the most any length got).
+        """
         if repeats < 1:
             raise ValueError("repeats must be at least 1, got %r" % (repeats,))
+        if budget_s is not None and not (isinstance(budget_s, (int, float)) and not isinstance(budget_s, bool)
+                                         and budget_s >= 0 and math.isfinite(budget_s)):
+            raise ValueError("budget_s must be a finite number of seconds >= 0 or None, got %r" % (budget_s,))
         batches = list(batches)
         self.forward_repeats = repeats if batches else None      # no batch (skip=["forward"]): nothing timed
-        for batch in batches:
-            times = [self._timed(forward, batch)[1] for _ in range(repeats)]
-            self.forward_ms[batch.seconds] = float(np.median(times) * 1e3)
+        self.forward_budget_s = budget_s
+        times = OrderedDict((batch.seconds, []) for batch in batches)   # type: OrderedDict
+        if budget_s is None:
+            for batch in batches:
+                times[batch.seconds] = [self._timed(forward, batch)[1] for _ in range(repeats)]
+        else:
+            start = self.clock()
+            for i, batch in enumerate(batches * repeats):         # round after round over the lengths
+                if i >= len(batches) and self.clock() - start >= budget_s:
+                    break                                         # budget spent; every length timed once
+                times[batch.seconds].append(self._timed(forward, batch)[1])
+        for seconds, samples in times.items():
+            self.forward_ms[seconds] = float(np.median(samples) * 1e3)
+            self.forward_counts[seconds] = len(samples)
         return self.forward_ms
 
     def summary(self, projected_scale: int = DEEPMARK_SCALE) -> dict:
@@ -152,6 +179,8 @@ class BenchmarkTimer:
             ("projected_scale", projected_scale),
             ("forward_ms", OrderedDict((str(k), v) for k, v in self.forward_ms.items())),
             ("forward_repeats", self.forward_repeats),
+            ("forward_budget_s", self.forward_budget_s),
+            ("forward_counts", OrderedDict((str(k), v) for k, v in self.forward_counts.items())),
             ("per_length", per_length),
         ])
         losses = OrderedDict([

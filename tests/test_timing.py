@@ -119,3 +119,44 @@ def test_training_peak_memory_is_taken_when_the_timed_pass_ends(monkeypatch):
     timer = run(it, FakeDevice())                      # warm-up, timed pass, forward timing
     assert timer.training_peak_rss == 5 << 30          # read at the end of the pass, and only there
     assert next(peaks) == 9 << 30
+
+
+def test_forward_without_a_budget_times_every_length_repeats_times():
+    it = DeepMarkIterator(batch_size=8, scale=1, seed=0)
+    timer = run(it, FakeDevice())
+    t = timer.summary()["timing"]
+    assert t["forward_budget_s"] is None and t["forward_repeats"] == 3
+    assert t["forward_counts"] == {str(s): 3 for s in range(1, 16)}
+
+
+def test_forward_budget_times_each_length_once_then_stops():
+    """A budget bounds the forward timing by time: the first round over the lengths always runs whole (here it
+    alone outlasts the budget: 1 + 2 + ... + 15 = 120 ms of fake forward passes against 50 ms), then nothing."""
+    it = DeepMarkIterator(batch_size=8, scale=1, seed=0)
+    dev = FakeDevice()
+    timer = BenchmarkTimer(sync=dev.sync, clock=dev.clock)
+    ms = timer.forward(dev.forward, it.one_batch_per_length(), repeats=3, budget_s=0.05)
+    assert list(ms) == list(range(1, 16)) and ms[15] == pytest.approx(15.0)
+    assert dict(timer.forward_counts) == {s: 1 for s in range(1, 16)} and dev.synced == 15
+    assert timer.forward_repeats == 3 and timer.forward_budget_s == 0.05
+
+
+def test_forward_budget_goes_round_the_lengths_until_it_is_spent():
+    """After the first round a timing starts only while the budget lasts: with 128 ms, the second round stops
+    after the 1-4 s lengths (120 + 1 + 2 + 3 = 126 ms before the 4 s one starts, 130 after it); a generous
+    budget gives every length `repeats`."""
+    it = DeepMarkIterator(batch_size=8, scale=1, seed=0)
+    dev = FakeDevice()
+    timer = BenchmarkTimer(sync=dev.sync, clock=dev.clock)
+    timer.forward(dev.forward, it.one_batch_per_length(), repeats=3, budget_s=0.128)
+    assert dict(timer.forward_counts) == {s: 2 if s <= 4 else 1 for s in range(1, 16)}
+    dev = FakeDevice()
+    timer = BenchmarkTimer(sync=dev.sync, clock=dev.clock)
+    timer.forward(dev.forward, it.one_batch_per_length(), repeats=3, budget_s=10.0)
+    assert set(timer.forward_counts.values()) == {3} and dev.synced == 45
+
+
+@pytest.mark.parametrize("budget", [-1.0, float("nan"), float("inf"), "5", True])
+def test_forward_budget_must_be_seconds(budget):
+    with pytest.raises(ValueError, match="budget_s"):
+        BenchmarkTimer(sync=lambda out: None).forward(lambda b: None, [], budget_s=budget)
