@@ -290,6 +290,53 @@ def get_preset(name: str) -> Preset:
         raise ValueError("unknown preset %r; valid presets: %s" % (name, ", ".join(sorted(PRESETS)))) from None
 
 
+@dataclass(frozen=True)
+class LearnPreset:
+    """The real task (spec section 9): a DS2 of reduced width learns spoken English (``common/corpus.py``) from the
+    canonical weights of its width, with the optimizer of its config, evaluated by greedy CTC decoding and CER
+    (``common/decode.py``) every ``eval_every`` steps; the run stops at ``target_cer`` on ``target_split`` or after
+    ``max_steps`` steps.  The corpus is the committed manifest's (its seed and sizes are repeated here)."""
+
+    name: str
+    config: DS2Config
+    batch_size: int             # training utterances per step
+    eval_every: int             # steps between evaluations (evaluation time counts: MLPerf-style)
+    target_cer: float           # stop when target_split's CER is at or below this
+    target_split: str
+    max_steps: int              # the cap when the target is not reached
+    eval_batch_size: int        # utterances per evaluation batch (forward only)
+    corpus_seed: int
+    train_utterances: int
+    test_utterances: int        # in each test split (test_seen, test_unseen)
+    purpose: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+#: The learn width: 2 convolutions of 16 channels, 3 bidirectional ReLU RNNs of 256, fc 256 (1,362,941 canonical
+#: parameters), and its optimizer: the spec's SGD with momentum 0.9 at lr 1e-3.
+LEARN_MODEL = DS2Config(conv_channels=16, rnn_layers=3, rnn_hidden=256, fc_hidden=256, lr=1e-3)
+
+#: The real-task presets.  Kept apart from PRESETS, whose names run_all.py --preset accepts: no notebook runs the
+#: real task yet.
+LEARN_PRESETS = {
+    "learn": LearnPreset("learn", LEARN_MODEL, batch_size=16, eval_every=50, target_cer=0.35,
+                         target_split="test_seen", max_steps=1500, eval_batch_size=32, corpus_seed=0,
+                         train_utterances=3000, test_utterances=200,
+                         purpose="the real task: spoken English (3,000 training utterances, 1.75 h), greedy CER "
+                                 "on unseen sentences of training voices and of unseen voices"),
+}
+
+
+def get_learn_preset(name: str = "learn") -> LearnPreset:
+    """Look up a real-task preset; an unknown name raises ValueError listing the valid ones."""
+    try:
+        return LEARN_PRESETS[name]
+    except (KeyError, TypeError):
+        raise ValueError("unknown learn preset %r; valid: %s" % (name, ", ".join(sorted(LEARN_PRESETS)))) from None
+
+
 #: the float64 control: a reference mode of the PyTorch notebook (``precision="fp64"``),
 #: never a benchmark row; the report holds every fp32 trajectory against it.
 CONTROL_PRECISION = "fp64"

@@ -220,3 +220,21 @@ def test_bad_recipe_is_refused():
         C.recipe(test_seen=501)
     with pytest.raises(ValueError, match="unknown split"):
         C._check_split("dev")
+
+
+def test_the_learn_preset_names_the_committed_corpus():
+    from common.decode import N_CLASSES
+    from common.spec import PRESETS, get_learn_preset
+    p = get_learn_preset("learn")
+    m = C.read_manifest()
+    assert m["recipe"]["seed"] == p.corpus_seed
+    assert m["recipe"]["sizes"] == {"train": p.train_utterances, "test_seen": p.test_utterances,
+                                    "test_unseen": p.test_utterances}
+    assert p.target_split in C.SPLITS and 0 < p.target_cer < 1 and p.eval_every <= p.max_steps
+    cfg = p.config
+    assert (cfg.n_classes, cfg.n_freq, cfg.time_stride, cfg.param_count) == (N_CLASSES, C.N_FREQ, C.TIME_STRIDE,
+                                                                            1362941)
+    assert C.GRID % cfg.time_stride == 0
+    assert "learn" not in PRESETS       # run_all.py --preset takes PRESETS' names; no notebook runs it yet
+    with pytest.raises(ValueError, match="valid: learn"):
+        get_learn_preset("smoke")
