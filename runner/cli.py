@@ -268,6 +268,7 @@ def main(argv=None) -> int:
         interrupt.stderr_line("run_all.py: %s" % e.reason)
         return e.exit_status
     finally:
+        envs.stop_ahead()                # environments still being made in the background: ended, none outlives
         interrupt.restore(previous)
 
 
@@ -363,6 +364,8 @@ def _main(argv=None) -> int:
 
     if args.setup_only:
         failed = 0
+        envs.start_ahead([(ENVS[e], device, pythons.get(e), b, args.wheelhouse) for e, b in
+                          _builds_to_make(env_names, device, gpus, gpu_builds, installed)], verbose=not args.no_progress)
         for env_name in env_names:
             decision = preflight.decide(env_name, gpus[0], gpu_builds.get(env_name)) if device == "cuda" else None
             if decision is not None and not decision.runs:
@@ -390,6 +393,8 @@ def _main(argv=None) -> int:
              ", profiling one step" if args.profile else "", shown(results_dir)))
     records, printed = [], 0
     stopped = None
+    if not args.print_host_commands:   # the later rows' environments are made while the first rows run
+        envs.start_ahead(_row_environments(runs, run_options), verbose=not args.no_progress)
     for i, (target, precision, run_preset) in enumerate(runs, 1):
         print("[%d/%d] %s, %s, batch %d" % (i, len(runs), target.name, precision, run_preset.batch_size), flush=True)
         opts = run_options(precision, run_preset, command, installed_facts)
@@ -423,6 +428,31 @@ def _main(argv=None) -> int:
     print("Wrote %s: %d ok, %d failed, %d skipped." % (shown(output), statuses.count("ok"),
                                                      statuses.count("failed"), statuses.count("skipped")))
     return _exit_status(records)
+
+
+def _builds_to_make(env_names, device, gpus, gpu_builds, installed):
+    """(environment name, CUDA build or None) of each environment ``--setup-only`` makes, in order."""
+    out = []
+    for env_name in env_names:
+        decision = preflight.decide(env_name, gpus[0], gpu_builds.get(env_name)) if device == "cuda" else None
+        if env_name not in installed and (decision is None or decision.runs):
+            out.append((env_name, decision.build if decision else None))
+    return out
+
+
+def _row_environments(runs, run_options):
+    """(env, device, interpreter, build, wheelhouse) of the environment each row of ``runs`` needs made, in the
+    order of the rows: none for a row that cannot run here, runs as installed, or whose system piece is missing."""
+    out = []
+    for target, precision, run_preset in runs:
+        opts = run_options(precision, run_preset)
+        decision, _, reason = execute.can_run(target, opts)
+        env = ENVS[target.env]
+        if reason or env.name in opts.installed or (env.needs and env.name in opts.found and env.needs()):
+            continue
+        out.append((env, opts.device, opts.pythons.get(env.name), decision.build if decision else None,
+                    opts.wheelhouse))
+    return out
 
 
 def warning_line(message: str) -> None:

@@ -326,7 +326,7 @@ def _run(target, opts, announce, finish, done, staged, partial_nb, notebook_out,
         os.remove(staged)
     if os.path.exists(kernel_log):
         os.remove(kernel_log)
-    t0 = time.time()
+    t0, since = time.time(), time.monotonic()
     error = run_papermill(target.notebook_path, partial_nb, parameters, kernel, os.path.dirname(target.notebook_path),
                           opts, kernel_log)
     # (an interruption is raised here, as the block ends)
@@ -348,6 +348,9 @@ def _run(target, opts, announce, finish, done, staged, partial_nb, notebook_out,
         rec["row_of_record"] = target.row_of_record
         rec["run"] = dict(rec.get("run", {}), **_run_info(target, opts, started, executed, decision))
         rec["run"]["wall_s"] = time.time() - t0
+        alongside = envs.made_between(since, time.monotonic())
+        if alongside:       # its timings shared the machine with these installs (runner/envs.py start_ahead)
+            rec["run"]["environments_made_alongside"] = alongside
         return done(rec)
 
 

@@ -47,8 +47,9 @@ MODULES = {"tensorflow-cpu": "tensorflow", "mxnet-cu112": "mxnet", "cntk-gpu": "
            "beautifulsoup4": "bs4", "jupyter-client": "jupyter_client", "protobuf": "google.protobuf"}
 #: what the oldest-version rule calls each framework distribution
 FRAMEWORK_OF = {"tensorflow-cpu": "tensorflow", "mxnet-cu112": "mxnet", "cntk-gpu": "cntk"}
-#: pins that are not what the notebook imports: the runner's metapackage, and what only the tests use
-NOT_IMPORTED = {"jupyter"}
+#: pins that are not what the notebook imports: the runner's metapackage, and what only the tests use; uv (the
+#: installer: pip makes the environments where it is missing)
+NOT_IMPORTED = {"jupyter", "uv"}
 #: what only the ONNX exit (section 11b) imports: an interpreter as installed that lacks one still runs the row, and
 #: the record's ``onnx`` section says "skipped" and which package was missing (common/onnx_check.not_installed)
 ONNX_ONLY = ("onnx", "onnxscript", "onnxruntime", "jax2onnx", "tf2onnx")

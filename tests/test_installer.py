@@ -1,0 +1,276 @@
+"""How environments are installed: uv where it serves (the package sources pip's configuration names, pip's choice
+among them), pip otherwise; environments made ahead of the rows that need them, on background threads that no
+signal leaves behind (runner/bootstrap.py, runner/envs.py)."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from runner import bootstrap, envs
+from runner.bootstrap import EnvError
+from runner.targets import ENVS
+from tests.conftest import ROOT
+
+MACHINE_PIP = {"index_url": "https://pypi.org/simple", "extra_index_urls": ["file:///opt/pypi/simple"],
+               "find_links": ["/opt/wheels"], "no_index": False, "constraints": ["/etc/xdg/pip/constraints.txt"],
+               "cert": "/etc/ssl/certs/ca-certificates.crt", "trusted_hosts": [], "pre": False, "only_binary": [],
+               "no_binary": [], "timeout": 180.0, "proxy": None, "requirements": [], "editables": [],
+               "client_cert": None, "prefer_binary": False}
+
+
+def test_uv_reaches_the_sources_pip_is_configured_with_and_chooses_as_pip_does(monkeypatch):
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.delenv("UV_HTTP_TIMEOUT", raising=False)
+    args, env, why = bootstrap.uv_arguments(MACHINE_PIP)
+    assert why == "" and args == ["--index-strategy", "unsafe-best-match", "--index-url", "https://pypi.org/simple",
+                                  "--extra-index-url", "file:///opt/pypi/simple", "--find-links", "/opt/wheels",
+                                  "--constraint", "/etc/xdg/pip/constraints.txt"]
+    assert env == {"SSL_CERT_FILE": "/etc/ssl/certs/ca-certificates.crt", "UV_HTTP_TIMEOUT": "180"}
+    args, _, _ = bootstrap.uv_arguments(dict(MACHINE_PIP, no_index=True, pre=True, trusted_hosts=["h"],
+                                             only_binary=[":all:"]))
+    assert "--no-index" in args and "--index-url" not in args
+    assert args[-6:] == ["--allow-insecure-host", "h", "--prerelease", "allow", "--only-binary", ":all:"]
+    # a setting uv would not follow the same way: pip makes the environment
+    args, env, why = bootstrap.uv_arguments(dict(MACHINE_PIP, prefer_binary=True))
+    assert args is None and "prefer_binary" in why
+
+
+def test_pip_options_are_pips_own_reading_of_its_configuration(monkeypatch):
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("PIP_FIND_LINKS", "/nowhere/wheels")
+    monkeypatch.setenv("PIP_EXTRA_INDEX_URL", "file:///a/simple file:///b/simple")
+    monkeypatch.setattr(bootstrap, "_pip_options_cache", {})
+    options, why = bootstrap.pip_options()
+    assert why == "" and options["find_links"] == ["/nowhere/wheels"]
+    assert options["extra_index_urls"] == ["file:///a/simple", "file:///b/simple"] and not options["constraints"]
+
+
+def test_the_installer_variable_and_what_makes_pip_install(monkeypatch):
+    assert bootstrap.installer_problem({"DS2_INSTALLER": "conda"}) == \
+        "DS2_INSTALLER=conda: expected uv or pip (unset: uv where it can serve, else pip)"
+    assert bootstrap.installer_problem({"DS2_INSTALLER": "uv"}) is None and bootstrap.installer_problem({}) is None
+    monkeypatch.delenv("DS2_INSTALLER", raising=False)
+    assert bootstrap.uv_excluded(None) is None
+    assert bootstrap.uv_excluded("/w") == "--wheelhouse (pip installs from it)"
+    monkeypatch.setenv("DS2_INSTALLER", "pip")
+    assert bootstrap.uv_excluded(None) == "DS2_INSTALLER=pip"
+    assert bootstrap.uv_requirement() == "uv==" + [l.split("==")[1].strip() for l in
+                                                   open(os.path.join(ROOT, "envs", "runner.txt"))
+                                                   if l.startswith("uv==")][0]
+
+
+def test_a_bad_installer_variable_is_one_line_before_anything_is_made():
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "run_all.py"), "--list"], cwd=ROOT,
+                          env=dict(os.environ, DS2_INSTALLER="poetry"), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, universal_newlines=True)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        "run_all.py: error: DS2_INSTALLER=poetry: expected uv or pip (unset: uv where it can serve, else pip)"]
+
+
+def fake_installers(monkeypatch, uv_fails):
+    calls = []
+
+    def uv(path, *args, **kw):
+        calls.append("uv")
+        if uv_fails:
+            raise EnvError("uv pip install -r envs/x.txt failed: no solution (log: x.log)")
+
+    def pip(path, *args, **kw):
+        calls.append("pip")
+    monkeypatch.setattr(bootstrap, "_install_with_uv", uv)
+    monkeypatch.setattr(bootstrap, "_install_with_pip", pip)
+    monkeypatch.setattr(bootstrap, "pip_options", lambda python=None: (dict(MACHINE_PIP), ""))
+    return calls
+
+
+def test_uv_that_fails_is_followed_by_pip_unless_uv_is_asked_for(tmp_path, monkeypatch):
+    monkeypatch.delenv("DS2_INSTALLER", raising=False)
+    said = []
+    calls = fake_installers(monkeypatch, uv_fails=True)
+    log = str(tmp_path / "e.log")
+    got = bootstrap.create_venv(str(tmp_path / "e"), "req.txt", sys.executable, {"s": 1}, log, uv="/bin/true",
+                                progress=said.append)
+    assert got == "pip" and calls == ["uv", "pip"] and bootstrap.read_stamp(str(tmp_path / "e")) == {"s": 1}
+    assert said == ["uv failed; pip installs instead (log: %s)" % log]
+    assert "# pip installs this environment: uv failed: uv pip install -r envs/x.txt failed" in open(log).read()
+    monkeypatch.setenv("DS2_INSTALLER", "uv")
+    with pytest.raises(EnvError, match="no solution"):
+        bootstrap.create_venv(str(tmp_path / "f"), "req.txt", sys.executable, {"s": 1}, log, uv="/bin/true")
+    assert bootstrap.read_stamp(str(tmp_path / "f")) == {}
+    # no uv at all: pip, and nothing failed; with DS2_INSTALLER=uv that is an error naming why
+    monkeypatch.setattr(bootstrap, "uv_executable", lambda: None)
+    with pytest.raises(EnvError, match="DS2_INSTALLER=uv, but uv cannot make .*: no uv beside"):
+        bootstrap.create_venv(str(tmp_path / "g"), "req.txt", sys.executable, {"s": 1}, log)
+    monkeypatch.delenv("DS2_INSTALLER")
+    calls[:] = []
+    assert bootstrap.create_venv(str(tmp_path / "g"), "req.txt", sys.executable, {"s": 1}, log) == "pip"
+    assert calls == ["pip"]
+    # a wheelhouse: pip, uv not tried
+    calls[:] = []
+    monkeypatch.setattr(bootstrap, "uv_executable", lambda: "/bin/true")
+    bootstrap.create_venv(str(tmp_path / "h"), "req.txt", sys.executable, {"s": 1}, log, wheelhouse=str(tmp_path))
+    assert calls == ["pip"]
+
+
+@pytest.mark.skipif(not bootstrap.uv_executable(), reason="no uv beside this interpreter (envs/runner.txt has it)")
+def test_uv_makes_an_environment_that_starts_as_venvs_and_upgrades_pip(tmp_path, monkeypatch):
+    """A small real environment (tabulate, from the configured sources): pip and the setuptools ``python -m venv``
+    puts there, as pip's route makes them; the log names each uv command."""
+    monkeypatch.delenv("DS2_INSTALLER", raising=False)
+    req = tmp_path / "req.txt"
+    req.write_text("tabulate==0.10.0\n")
+    path, log, said = str(tmp_path / "env"), str(tmp_path / "env.log"), []
+    base = getattr(sys, "_base_executable", None) or sys.executable
+    assert bootstrap.create_venv(path, str(req), base, {"s": 1}, log, progress=said.append) == "uv"
+    assert said == ["uv installs 2 packages"] or said == ["uv installs 3 packages"], said   # tabulate, pip (setuptools)
+    freeze = subprocess.run([bootstrap.env_python(path), "-m", "pip", "freeze", "--all"], stdout=subprocess.PIPE,
+                            universal_newlines=True).stdout.split()
+    assert "tabulate==0.10.0" in freeze and any(l.startswith("pip==") for l in freeze)
+    seed = bootstrap.bundled_seed(base)
+    if seed:
+        assert "setuptools==%s" % os.path.basename(seed[0]).split("-")[1] in freeze
+    text = open(log).read()
+    assert "--index-strategy unsafe-best-match" in text and "-r %s" % req in text
+
+
+# ---- environments made ahead ------------------------------------------------------------------------------------
+def fake_environments(monkeypatch, tmp_path, make):
+    """start_ahead on fakes: every environment is missing, and ``make(env)`` stands for making it."""
+    monkeypatch.setattr(envs, "_stamp", lambda env, device, python, build: (
+        "python", "req", str(tmp_path / env.name), "3.11.7", {"s": 1}))
+
+    def ensure(env, device, python, announce, build, wheelhouse, progress=None, creating=None):
+        announce(creating("Python 3.11.7, envs/%s-cpu.txt, uv" % env.name, str(tmp_path / "x.log")))
+        progress("uv installs 7 packages")
+        return make(env)
+    monkeypatch.setattr(envs, "_ensure", ensure)
+
+
+def jobs(*names):
+    return [(ENVS[n], "cpu", None, None, None) for n in names]
+
+
+def test_environments_made_ahead_are_waited_for_and_a_failed_one_fails_its_rows_only(tmp_path, monkeypatch):
+    def make(env):
+        time.sleep(0.3)
+        if env.name == "mxnet":
+            raise EnvError("pip install -r envs/mxnet-cpu.txt failed: no numpy")
+        return "ds2-%s-cpu" % env.name
+    fake_environments(monkeypatch, tmp_path, make)
+    printed = []
+    try:
+        t0 = time.monotonic()
+        assert envs.start_ahead(jobs("pytorch", "mxnet", "pytorch", "jax"), workers=2) == 3   # repeats once
+        assert envs.ensure(ENVS["pytorch"], "cpu", announce=printed.append) == "ds2-pytorch-cpu"
+        with pytest.raises(EnvError, match="no numpy"):
+            envs.ensure(ENVS["mxnet"], "cpu", announce=printed.append)
+        with pytest.raises(EnvError, match="no numpy"):       # its second row: the same reason, not made again
+            envs.ensure(ENVS["mxnet"], "cpu", announce=printed.append)
+        assert envs.ensure(ENVS["jax"], "cpu", announce=printed.append) == "ds2-jax-cpu"
+        assert sorted(envs.made_between(t0, time.monotonic())) == ["jax-cpu", "mxnet-cpu", "pytorch-cpu"]
+        assert envs.made_between(time.monotonic(), time.monotonic() + 1) == []
+    finally:
+        envs.stop_ahead()
+    text = "\n".join(printed)
+    assert "environment 1/3: pytorch-cpu: being made (Python 3.11.7, envs/pytorch-cpu.txt, uv); log: " in text
+    assert "environment 2/3: mxnet-cpu: failed: pip install -r envs/mxnet-cpu.txt failed: no numpy" in text
+    assert "environment 3/3: jax-cpu: installing 7 packages" in text and "environment 3/3: jax-cpu: ready in" in text
+    assert not envs._ahead and not envs._threads
+
+
+def test_quiet_environments_made_ahead_say_only_what_is_made_and_what_failed(tmp_path, monkeypatch):
+    fake_environments(monkeypatch, tmp_path, lambda env: "k")
+    printed = []
+    try:
+        envs.start_ahead(jobs("pytorch"), verbose=False)
+        envs.ensure(ENVS["pytorch"], "cpu", announce=printed.append)
+    finally:
+        envs.stop_ahead()
+    assert len(printed) == 1 and printed[0].startswith("environment 1/1: pytorch-cpu: being made ("), printed
+
+
+def sleeper(tmp_path):
+    """A stand-in install command: writes its pid, then sleeps a minute."""
+    def make(env):
+        bootstrap.run_logged(["sh", "-c", "echo $$ > %s/%s.pid; exec sleep 60" % (tmp_path, env.name)],
+                             str(tmp_path / "install.log"), "installing %s" % env.name)
+        return "k"
+    return make
+
+
+def pid_alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def wait_for_pids(tmp_path, names, seconds=30):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        pids = [tmp_path / ("%s.pid" % n) for n in names]
+        if all(p.exists() and p.read_text().strip() for p in pids):
+            return [int(p.read_text()) for p in pids]
+        time.sleep(0.05)
+    pytest.fail("the stand-in installs did not start")
+
+
+def test_stopping_ends_every_install_command_still_running(tmp_path, monkeypatch):
+    fake_environments(monkeypatch, tmp_path, sleeper(tmp_path))
+    envs.start_ahead(jobs("pytorch", "jax"), workers=2)
+    try:
+        pids = wait_for_pids(tmp_path, ["pytorch", "jax"])
+    finally:
+        t0 = time.time()
+        envs.stop_ahead()
+    assert time.time() - t0 < 10
+    assert not [p for p in pids if pid_alive(p)]
+    assert not envs._ahead and not envs._threads and not bootstrap._children
+
+
+DRIVER = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, %(root)r)
+    from runner import bootstrap, cli, envs
+
+    def create_venv(path, requirements, base, stamp, log, pip="pip", wheelhouse=None, progress=None):
+        bootstrap.run_logged(["sh", "-c", "echo $$ > %(tmp)s/$(basename %%s).pid; exec sleep 60" %% path], log, "x")
+    envs.create_venv = create_venv
+    sys.exit(cli.main(["--setup-only", "--device", "cpu", "--frameworks", "pytorch,mxnet,jax"]))
+""")
+
+
+@pytest.mark.parametrize("sig, status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_while_environments_are_made_ahead_leaves_no_install_behind(tmp_path, sig, status):
+    """run_all.py --setup-only makes three environments (stand-in installs of a minute) two at a time: SIGTERM to
+    the runner alone, or Ctrl-C to the terminal's process group, ends it within seconds, its installs too."""
+    env = dict(os.environ, DS2_ENVS_DIR=str(tmp_path / "venvs"))
+    proc = subprocess.Popen([sys.executable, "-c", DRIVER % {"root": ROOT, "tmp": tmp_path}], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                            start_new_session=True)
+    try:
+        pids = wait_for_pids(tmp_path, ["pytorch-cpu", "mxnet-cpu"], seconds=120)
+        time.sleep(1)                   # the main thread prints what the threads said (every 0.2 s)
+    except BaseException:
+        proc.kill()
+        raise
+    t0 = time.time()
+    if sig == signal.SIGINT:
+        os.killpg(proc.pid, sig)
+    else:
+        proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == status, (out, err)
+    assert time.time() - t0 < 15
+    assert err.strip().splitlines() == ["run_all.py: %s (%s)" % ("terminated" if sig == signal.SIGTERM else
+                                                                 "interrupted", signal.Signals(sig).name)], err
+    assert "environment 1/3: pytorch-cpu: being made" in out
+    assert not [p for p in pids if pid_alive(p)]
+    assert not (tmp_path / "jax-cpu.pid").exists()           # the third was never started
+    assert not [n for n in os.listdir(str(tmp_path / "venvs")) if os.path.exists(
+        os.path.join(str(tmp_path / "venvs"), n, bootstrap.STAMP))]
