@@ -1,23 +1,28 @@
-"""The translation, lifted out of each notebook: its model, CTC loss and training step as one standalone .py file.
+"""The translation, lifted out of each notebook: its model, the canonical weights' loading, the CTC loss and one
+training step as one standalone .py file.
 
-Every notebook tags the cells that hold the model, the loss and one training step (and the small cell that converts
-a batch to the framework) with the cell tag ``translation``. ``python -m runner.rosetta --extract ROW`` writes those
-cells, in notebook order, to ``docs/translations/ds2_<row>.py`` under a generated preamble:
+Every notebook tags the cells that define the model, its canonical weights' name map, the loss and one training step
+(and the small cell that converts a batch to the framework) with the cell tag ``translation``; those cells only
+define (classes, functions, constants): the notebook builds the model, loads the weights, checks and times in its
+untagged cells. ``python -m runner.rosetta --extract NAME`` writes the cells, in notebook order, to
+``docs/translations/ds2_<name>.py`` between a generated preamble and a ``__main__`` block:
 
-- the framework's and NumPy's imports, nothing from ``common/``;
-- the DS2 configuration as literal values (``common/spec.py``'s full model, or its smoke width with
-  ``DS2_WIDTH=smoke``), with the few derived sizes the cells use;
-- the single-process, CPU, fp32 values of the notebook settings the cells read (the notebook's settings cell
-  computes them there);
+- the framework's and NumPy's imports, nothing from ``common/``, and the few single-process CPU fp32 settings the
+  cells read (the notebook's settings cell computes them there);
+- the DS2 configuration as a ``@dataclass`` (``common/spec.py``'s own fields, the full model's values as defaults,
+  its smoke width with ``DS2_WIDTH=smoke``) with the derived sizes the cells use and the canonical state's names and
+  shapes;
+- reading a canonical weights file (the ``.npz`` each notebook exports, ``common/exports.py``), and
+  ``common/weights.py``'s random canonical initial state for a run without one;
 
-and a ``__main__`` block that takes one step on a random batch. The cells are the notebook's own text: there is
-one copy of the model code, in the notebook. Rows are run_all.py's rows of record (``runner/targets.py``); the
-Keras 3 notebook gives three, one per backend.
+and the ``__main__`` block: build the model, load the weights (a path from argv or ``DS2_WEIGHTS``), take one step on
+a random batch, print the loss. Importing the file runs nothing. The cells are the notebook's own text: there is one
+copy of the model code, in the notebook. One file per notebook: ``ds2_keras.py`` serves the three Keras 3 rows, its
+backend picked by ``KERAS_BACKEND``.
 """
 import inspect
 import json
 import os
-import textwrap
 from collections import OrderedDict
 from dataclasses import fields
 from typing import Dict, List
@@ -30,34 +35,42 @@ from .targets import TARGETS
 TAG = "translation"
 OUTPUT_DIR = os.path.join(ROOT, "docs", "translations")
 
-#: the derived sizes of DS2Config that the cells use, copied into the file from common/spec.py's own source
+#: the members of DS2Config the files carry, copied from common/spec.py's own source: the derived sizes the cells
+#: use, and the canonical state's names and shapes (what a weights file holds)
 DERIVED = ("conv_out", "freq_after_conv1", "freq_after_conv2", "rnn_input_width", "time_stride", "time_after_conv1",
-           "output_length", "rnn_input_widths")
+           "output_length", "rnn_input_widths", "param_shapes", "bn_names", "running_stat_shapes", "state_shapes")
 
-#: per row: the imports and the notebook settings its cells read (single process, CPU, fp32), and how to read the
-#: loss off what ``train_step`` returns
+#: per file: the run_all.py rows it serves, its title, the imports and notebook settings its cells read (single
+#: process, CPU, fp32), how ``__main__`` builds the model, loads ``state`` into it and makes ``train_step``, and how
+#: to read the loss off what ``train_step`` returns
 ROWS = OrderedDict([
     ("pytorch", {
+        "targets": ["pytorch"],
         "preamble": '''import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-variant = ""                                          # eager torch.nn, the row of record
 dev, dtype = torch.device("cpu"), torch.float32       # the notebook: cuda when there is a GPU; fp64 for the control
 autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=False)   # on for precision bf16
 ''',
+        "build": '''model = DeepSpeech2(cfg).to(dev, dtype)
+load_canonical(model, state)
+train_step = make_train_step(model, sgd(model))''',
         "loss": "float(out)"}),
     ("tensorflow", {
+        "targets": ["tensorflow"],
         "preamble": '''import keras
 import numpy as np
 import tensorflow as tf
 from keras import layers
-
-jit_compile = False                                   # True: the xla variant
 ''',
+        "build": '''model = deepspeech2(cfg)
+load_canonical(model, state)
+train_step = make_train_step(model, sgd(model))''',
         "loss": "float(out[0])"}),
     ("mxnet", {
+        "targets": ["mxnet"],
         "preamble": '''import mxnet as mx
 import numpy as np
 from mxnet import autograd, gluon
@@ -65,9 +78,14 @@ from mxnet.gluon import nn, rnn
 
 ctx = mx.cpu()                                        # the notebook: mx.gpu(0) when there is a GPU
 ''',
-        "after_model": "net.hybridize(static_alloc=True)   # the notebook does this after loading the weights",
+        "build": '''net = DeepSpeech2(cfg)
+net.initialize(ctx=ctx)
+load_canonical(net, state)
+net.hybridize(static_alloc=True)                    # one cached graph per input shape
+train_step = make_train_step(net, sgd(net))''',
         "loss": "float(out.asscalar())"}),
     ("jax", {
+        "targets": ["jax"],
         "preamble": '''import operator
 
 import jax
@@ -76,10 +94,24 @@ import numpy as np
 import optax
 from flax import nnx
 
-seed = 0                                              # the weights' seed (the notebook loads the canonical ones)
-scan_unroll = 1                                       # the unroll variant: 2
 compute_dtype = jnp.float32                           # bfloat16 for precision bf16
 ''',
+        "build": '''model = DeepSpeech2(cfg, compute_dtype, nnx.Rngs(0))
+load_canonical(model, state)
+train_step = make_train_step(model, sgd(model))''',
+        "loss": "float(out)"}),
+    ("keras", {
+        "targets": ["keras-jax", "keras-torch", "keras-tensorflow"],
+        "label": "Keras 3 (any backend)",
+        "preamble": '''os.environ.setdefault("KERAS_BACKEND", "jax")   # jax | tensorflow | torch: read when keras is imported
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+from keras import layers, ops  # noqa: E402
+''',
+        "build": '''model = build_model()
+load_canonical(model, state)
+compile_for_training(model)
+train_step = make_train_step(model)''',
         "loss": "float(out)"}),
 ])
 
@@ -102,9 +134,7 @@ def _cntk_preamble() -> str:
 import cntk as C
 import numpy as np
 
-dev = C.device.cpu()                                  # the notebook: a GPU when CNTK sees one
-C.device.try_set_default_device(dev)
-on_gpu = fused = False                                # fused: optimized_rnnstack (cuDNN), GPU only
+fused = False                                         # optimized_rnnstack (cuDNN): the notebook's choice on a GPU
 FRAMES_PER_SECOND = %d
 #: the mean output frames of a minibatch, from the notebook's iterator (deepmark preset; smoke)
 frames_per_minibatch = %r[os.environ.get("DS2_WIDTH", "full")]
@@ -113,33 +143,41 @@ frames_per_minibatch = %r[os.environ.get("DS2_WIDTH", "full")]
 %s''' % (FRAMES_PER_SECOND, frames, inspect.getsource(labels.frame_labels).rstrip())
 
 
-ROWS["cntk"] = {"preamble": _cntk_preamble, "loss": "float(out)"}
-for _backend in ("jax", "tensorflow", "torch"):
-    ROWS["keras-" + _backend] = {
-        "preamble": ('backend = "%s"' % _backend).ljust(54) + '''# jax | tensorflow | torch: the notebook's parameter
-os.environ["KERAS_BACKEND"] = backend                 # read once, at the first import of keras
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-from keras import layers, ops  # noqa: E402
-
-jit_compile = "auto"                                  # the backend's default; True: the xla variant (TensorFlow)
-''',
-        "loss": "float(out)"}
-
-ROWS = OrderedDict((row, ROWS[row]) for row in TARGETS if row in ROWS)     # run_all.py's order
+ROWS["cntk"] = {"targets": ["cntk"], "preamble": _cntk_preamble,
+                "build": '''model = DeepSpeech2(features, labels)
+load_canonical(model, state)
+loss = ds2_loss(model, labels)
+train_step = make_train_step(model, loss, sgd(model.parameters))''',
+                "loss": "float(out)"}
+ROWS = OrderedDict((name, ROWS[name]) for name in [r.split("-")[0] for r in TARGETS] if name in ROWS)   # as run_all
 
 
 def rows() -> List[str]:
+    """The translations' names: pytorch, tensorflow, ..., keras (one per notebook)."""
     return list(ROWS)
 
 
-def notebook_of(row: str) -> str:
-    return TARGETS[row].notebook_path
+def targets_of(name: str) -> List[str]:
+    """The run_all.py rows that translation ``name`` serves (keras: its three backends)."""
+    return list(ROWS[name]["targets"])
 
 
-def output_path(row: str) -> str:
-    """docs/translations/ds2_<row>.py (a file named jax.py or mxnet.py would shadow its framework when run)."""
-    return os.path.join(OUTPUT_DIR, "ds2_%s.py" % row.replace("-", "_"))
+def name_of(target: str) -> str:
+    """The translation that serves the run_all.py row ``target``."""
+    return next(name for name in ROWS if target in ROWS[name]["targets"])
+
+
+def notebook_of(name: str) -> str:
+    return TARGETS[ROWS[name]["targets"][0]].notebook_path
+
+
+def label_of(name: str) -> str:
+    return ROWS[name].get("label") or TARGETS[ROWS[name]["targets"][0]].label
+
+
+def output_path(name: str) -> str:
+    """docs/translations/ds2_<name>.py (a file named jax.py or mxnet.py would shadow its framework when run)."""
+    return os.path.join(OUTPUT_DIR, "ds2_%s.py" % name.replace("-", "_"))
 
 
 def translation_cells(path: str) -> List[dict]:
@@ -157,50 +195,87 @@ def translation_cells(path: str) -> List[dict]:
     return out
 
 
-def _values(config: DS2Config) -> str:
-    """``dict(n_freq=161, ...)``, wrapped to lines of at most 110 characters."""
-    text = "dict(%s)," % ", ".join("%s=%r" % (f.name, getattr(config, f.name)) for f in fields(config))
-    return "\n".join(textwrap.wrap(text, 110, initial_indent="    ", subsequent_indent="        "))
+def _smoke_values() -> str:
+    """``dict(conv_channels=4, ...)``: the smoke width's values that differ from the full model's."""
+    diff = ["%s=%r" % (f.name, getattr(SMOKE_MODEL, f.name)) for f in fields(DS2Config)
+            if getattr(SMOKE_MODEL, f.name) != getattr(FULL_MODEL, f.name)]
+    return "dict(%s)" % ", ".join(diff)
 
 
 def config_source() -> str:
-    """The DS2 configuration as literal values and the derived sizes the cells use (common/spec.py's own code)."""
+    """The DS2 configuration as a dataclass: common/spec.py's own fields (the full model's values as defaults) and
+    the members the files use (its own code), then ``cfg``, at the smoke width with ``DS2_WIDTH=smoke``."""
+    source = inspect.getsource(DS2Config)
+    fields_part = source.split("    # ---- derived", 1)[0].rstrip()
     methods = []
     for name in DERIVED:
         member = inspect.getattr_static(DS2Config, name)
         methods.append(inspect.getsource(member.fget if isinstance(member, property) else member).rstrip())
     return "\n".join([
-        "from typing import Tuple  # noqa: E402  (the derived sizes' annotations)",
-        "",
-        "#: common/spec.py's DS2 configuration (FULL_MODEL) and its smoke width (SMOKE_MODEL), as literal values",
-        "CONFIGS = {",
-        "    \"full\": %s" % _values(FULL_MODEL).lstrip(),
-        "    \"smoke\": %s" % _values(SMOKE_MODEL).lstrip(),
-        "}",
-        "",
-        "",
-        "class DS2Config:",
-        "    \"\"\"Every number of the DS2 model, its loss and its optimizer (common/spec.py), and the sizes derived "
-        "from them.\"\"\"",
-        "",
-        "    def __init__(self, **values):",
-        "        self.__dict__.update(values)",
+        "# %% The DS2 configuration: common/spec.py's, the full model's values, and the sizes derived from them",
+        fields_part,
         "",
         "\n\n".join(methods),
         "",
         "",
-        "cfg = DS2Config(**CONFIGS[os.environ.get(\"DS2_WIDTH\", \"full\")])",
+        "#: common/spec.py's smoke width (SMOKE_MODEL): the same model, narrower",
+        "SMOKE = %s" % _smoke_values(),
+        "cfg = DS2Config(**SMOKE) if os.environ.get(\"DS2_WIDTH\") == \"smoke\" else DS2Config()",
+    ])
+
+
+def weights_source() -> str:
+    """Reading a canonical weights file, and common/weights.py's canonical initial state (its own code)."""
+    from common import weights
+    return "\n".join([
+        "# %% Canonical weights: the .npz every notebook exports (section 11: results/weights/<record>.npz), float32",
+        "# arrays under cfg.state_shapes()'s names in the layouts of common/weights.py, the same for every framework",
+        '''def read_weights(path, config=cfg):
+    """{canonical name: float32 array} from a canonical .npz, every name of ``config``'s state with its shape."""
+    with np.load(path) as f:
+        state = {name: f[name] for name in f.files}
+    for name, shape in config.state_shapes().items():
+        found = state[name].shape if name in state else "missing"
+        if found != tuple(shape):
+            raise ValueError("%s: %s is %s, this model's is %s (a smoke run's weights need DS2_WIDTH=smoke)"
+                             % (path, name, found, tuple(shape)))
+    return state''',
+        "",
+        "",
+        "#: common/weights.py: random initial weights in the canonical format (no file given)",
+        inspect.getsource(weights.fan_in).rstrip(),
+        "",
+        "",
+        inspect.getsource(weights.canonical_weights).rstrip(),
+        "",
+        "",
+        inspect.getsource(weights.canonical_state).rstrip(),
     ])
 
 
 MAIN = '''
 
-if __name__ == "__main__":             # one step on a random batch: 2 utterances of 2 s (200 frames), 10 labels
+if __name__ == "__main__":      # build, load the weights, one step on a random batch (2 utterances, 2 s, 10 labels)
+    import sys
+
     class Batch:
+        """A batch as common/data.py's iterator yields it: features (N, T, 161), labels (N, L) in 1..28."""
+
         def __init__(self, features, labels):
             self.features, self.labels = features, labels
             self.batch_size, self.frames = features.shape[0], features.shape[1]
 
+    path = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("DS2_WEIGHTS")
+    if path:
+        try:
+            state = read_weights(path)
+        except (OSError, ValueError) as e:
+            sys.exit("%%s: %%s" %% (os.path.basename(sys.argv[0]), e))
+        print("weights:", path)
+    else:
+        state = canonical_state(cfg, seed=0)
+        print("weights: none given (argv[1] or DS2_WEIGHTS): RANDOM canonical initial weights, seed 0, untrained")
+%s
     rng = np.random.RandomState(0)
     batch = Batch(rng.standard_normal((2, 200, cfg.n_freq)).astype(np.float32),
                   rng.randint(1, cfg.n_classes, size=(2, 10)).astype(np.int32))
@@ -209,36 +284,43 @@ if __name__ == "__main__":             # one step on a random batch: 2 utterance
 '''
 
 
-def render(row: str) -> str:
-    """The standalone file of ``row``: header, preamble, configuration, the notebook's translation cells."""
-    spec = ROWS[row]
-    path = notebook_of(row)
+def render(name: str) -> str:
+    """The standalone file of ``name``: header, preamble, configuration, weights file, the notebook's translation
+    cells, ``__main__``."""
+    spec = ROWS[name]
+    path = notebook_of(name)
     rel = os.path.relpath(path, ROOT)
     cells = translation_cells(path)
     if not cells:
         raise ValueError("%s has no cell tagged %r" % (rel, TAG))
-    header = '''"""DS2 in %s: the model, the CTC loss and one training step.
+    out = os.path.relpath(output_path(name), ROOT)
+    commands = [("python %s WEIGHTS.npz" % out, "or DS2_WEIGHTS=WEIGHTS.npz"),
+                ("python %s" % out, "no file: random canonical initial weights"),
+                ("DS2_WIDTH=smoke python %s WEIGHTS.npz" % out, "the smoke width")]
+    if name == "keras":
+        commands.append(("KERAS_BACKEND=torch python %s WEIGHTS.npz" % out, "jax (default) | tensorflow | torch"))
+    width = max(len(c) for c, _ in commands)
+    usage = ["%s   # %s" % (c.ljust(width), why) for c, why in commands]
+    header = '''"""DS2 in %s: the model, its canonical weights, the CTC loss and one training step.
 
-Lifted out of %s: its cells tagged `translation`, written here by
-`python -m runner.rosetta --extract %s`. Do not edit; edit the notebook. Standalone: the framework and NumPy
-only. The preamble holds what the notebook's other cells compute: the DS2 configuration (common/spec.py) as
-literal values, and the single-process CPU fp32 settings.
+Generated from %s (its cells tagged `translation`) by
+`python -m runner.rosetta --extract %s`: edit the notebook, not this file. Needs the framework and NumPy only.
 
-    python %s                   # the full model: one step on a random batch
-    DS2_WIDTH=smoke python %s   # the same at the smoke width
+    %s
 
-The notebook then loads the canonical weights (its section 5) and checks the first loss against the NumPy
-reference; tests/test_translation.py does the same with this file.
+Importing it runs nothing. A canonical weights file is what every notebook exports after its timed epoch
+(results/weights/<record>.npz): the same names and layouts for every framework, so any notebook's file loads here.
+tests/test_translation.py runs this file on a smoke run's export and holds its loss to the NumPy reference's.
 """
-''' % (TARGETS[row].label, rel, row, os.path.relpath(output_path(row), ROOT), os.path.relpath(output_path(row), ROOT))
+''' % (label_of(name), rel, name, "\n    ".join(usage))
     preamble = spec["preamble"]() if callable(spec["preamble"]) else spec["preamble"]
-    parts = [header, "import os", "", preamble.strip("\n"), "", "", config_source(), ""]
+    parts = [header, "import os\nfrom dataclasses import dataclass\nfrom typing import Dict, Tuple", "",
+             preamble.strip("\n"), "", "", config_source(), "", "", weights_source(), ""]
     for cell in cells:
         parts += ["", "# %%%% %s cell %d (%s)" % (os.path.basename(path), cell["index"], ", ".join(cell["tags"])),
                   cell["source"], ""]
-        if "rosetta:model" in cell["tags"] and spec.get("after_model"):
-            parts += ["", "# %% (not a notebook cell)", spec["after_model"], ""]
-    return "\n".join(parts).rstrip("\n") + "\n" + MAIN % spec["loss"]
+    build = "\n".join("    " + line for line in spec["build"].splitlines())
+    return "\n".join(parts).rstrip("\n") + "\n" + MAIN % (build, spec["loss"])
 
 
 def render_all() -> Dict[str, str]:

@@ -158,7 +158,8 @@ def test_rosetta_page_in_chromium_shows_the_two_frameworks_rendered(tmp_path, le
     links = {p["data-fw"]: p for p in rows[0].select("div.col[data-fw]") if not p.has_attr("hidden")}
     assert set(links) == {left, right}                                # the translation files of the two shown
     for name, pane in links.items():
-        rows_of = [r for r in translation.rows() if rosetta.notebooks().get(TARGETS[r].notebook) == name]
+        rows_of = [t for t in translation.rows()
+                   if rosetta.notebooks().get(os.path.basename(translation.notebook_of(t))) == name]
         assert len(pane.select("a[href$='.py']")) == len(rows_of), (name, pane.get_text())
     for row, (tag, _, _) in zip(rows[1:], rosetta.STEPS):
         panes = row.select("div.col[data-fw]")

@@ -1,101 +1,114 @@
-"""The translation lifts out of each notebook (runner/translation.py, ``python -m runner.rosetta --extract``).
+"""The translations lifted out of each notebook (runner/translation.py, ``python -m runner.rosetta --extract``).
 
-Each row's committed ``docs/translations/ds2_<row>.py`` is run in its framework's environment (the kernel's
-interpreter under .venvs/) at the smoke width: its cells build the model, the notebook's own section-5 cell loads
-the canonical initial weights (common/weights.py canonical_state) right after the model cell, as in the notebook,
-and the file's ``train_step`` takes the first batch of the shared iterator (common/data.py). Its loss -- computed
-before the update, from the canonical weights, with training-mode BatchNorm -- must match the NumPy reference
-(common/reference.py) within the notebooks' own first-loss tolerance (common/checks.py check_loss, fp32).
-The files must be current (what ``--extract`` writes now) and import nothing from ``common/``.
+Each notebook's committed ``docs/translations/ds2_<name>.py`` must be current (what ``--extract`` writes now), import
+nothing from ``common/``, and hold only definitions in its notebook cells: importing it runs nothing and prints
+nothing. Run as a script in its framework's environment (the kernel's interpreter under .venvs/; the Keras file once
+per backend, ``KERAS_BACKEND``) at the smoke width, on the canonical weights file that the session's smoke run of
+that row exported (its section 11: results/weights/<record>.npz, trained for one epoch), its ``__main__`` block
+builds the model, loads the file, takes one training step on its random batch and prints the loss: that loss --
+before the update, with training-mode BatchNorm -- must match the NumPy reference's (common/reference.py) from the
+same file on the same batch within the first-loss tolerance of the CPU tests (tests/conftest.py FIRST_LOSS_RTOL).
 """
+import ast
 import json
 import os
 import re
 import subprocess
 
+import numpy as np
 import pytest
 
 from runner import translation
 from runner.targets import ENVS, TARGETS
-from tests.conftest import ROOT, env_interpreter, selected_targets
+from tests.conftest import FIRST_LOSS_RTOL, ROOT, env_interpreter, selected_targets
 
-#: runs in the framework's interpreter: argv = translation file, notebook, expression of the loss in ``out``
+#: runs in the framework's interpreter: argv = translation file, weights file. Imports the file (nothing may print),
+#: then runs it as ``python FILE WEIGHTS`` does
 HARNESS = r'''
-import json, os, re, sys
-root = os.getcwd()
-sys.path.insert(0, root)
-path, notebook, loss_expr = sys.argv[1:4]
-os.environ["DS2_WIDTH"] = "smoke"
-from dataclasses import fields
-
-with open(notebook) as f:
-    cells = json.load(f)["cells"]
-weights = ["".join(c["source"]) for c in cells if "rosetta:weights" in c.get("metadata", {}).get("tags", [])]
-assert len(weights) == 1, "one rosetta:weights cell"
-with open(path) as f:
-    text = f.read()
-starts = [m.start() for m in re.finditer(r"(?m)^# %% ", text)] + [len(text)]
-g = {"__name__": "ds2_translation", "__file__": path}
-ran_weights = False
-for a, b in zip([0] + starts[:-1], starts):
-    chunk = "\n" * text[:a].count("\n") + text[a:b]          # the file's own line numbers in tracebacks
-    exec(compile(chunk, path, "exec"), g)
-    if a == 0:                                                 # header, imports, configuration
-        assert "common" not in sys.modules, "the translation imports common/"
-        from common import reference
-        from common.checks import check_loss, check_param_count
-        from common.data import DeepMarkIterator
-        from common.spec import SMOKE_MODEL, get_preset
-        from common.weights import canonical_state, load_state
-        cfg = g["cfg"]
-        assert all(getattr(cfg, f.name) == getattr(SMOKE_MODEL, f.name) for f in fields(SMOKE_MODEL))
-        assert cfg.rnn_input_widths() == SMOKE_MODEL.rnn_input_widths()
-    if "rosetta:model" in text[a:b].split("\n", 1)[0]:         # the notebook's section 5, as in the notebook
-        g.update(canonical_state=canonical_state, load_state=load_state, check_param_count=check_param_count,
-                 init_weights=None, seed=0, workers=1, hybridize=False, static_shape=False)
-        g["cfg"] = SMOKE_MODEL
-        exec(compile(weights[0], notebook + " (rosetta:weights)", "exec"), g)
-        g["cfg"] = cfg
-        ran_weights = True
-assert ran_weights, "no rosetta:model cell in the translation"
-P = get_preset("smoke")
-batch = DeepMarkIterator(P.batch_size, P.scale, 0, n_freq=SMOKE_MODEL.n_freq, n_classes=SMOKE_MODEL.n_classes).batch(0)
-out = g["train_step"](batch)
-loss = eval(loss_expr, {"out": out})
-ref = reference.ds2_loss(canonical_state(SMOKE_MODEL, 0), batch.features, batch.labels, SMOKE_MODEL)
-print("RESULT " + json.dumps(check_loss(loss, ref, "fp32")))
+import contextlib, io, runpy, sys
+path, weights = sys.argv[1:3]
+printed = io.StringIO()
+with contextlib.redirect_stdout(printed):
+    runpy.run_path(path, run_name="ds2_translation")
+assert "common" not in sys.modules, "the translation imports common/"
+assert printed.getvalue() == "", "importing the translation printed: %r" % printed.getvalue()[:500]
+sys.argv = [path, weights]
+runpy.run_path(path, run_name="__main__")
 '''
 
+#: names the notebook binds to its model, optimizer and step: a translation cell may define them only in a function
+BUILT = {"model", "net", "optimizer", "trainer", "learner", "loss", "train_step", "step_model", "state"}
+#: what belongs to the notebook's other cells: variants, profiling, export, checks, printing
+NOT_TRANSLATION = re.compile(r"\bvariant\b|\bprofil|named_scope|\bexport|\bcheck_|\.summary\(|\bprint\(|\bsync\b")
 
-@pytest.mark.parametrize("row", translation.rows())
-def test_translation_is_current_and_standalone(row):
-    path = translation.output_path(row)
+
+@pytest.mark.parametrize("name", translation.rows())
+def test_translation_is_current_standalone_and_only_defines(name):
+    path = translation.output_path(name)
     with open(path) as f:
         text = f.read()
-    assert text == translation.render(row), "run: python -m runner.rosetta --extract %s" % row
+    assert text == translation.render(name), "run: python -m runner.rosetta --extract %s" % name
     imports = re.findall(r"(?m)^\s*(?:from|import)\s+([\w.]+)", text)
     assert not [m for m in imports if m.split(".")[0] == "common"], imports
-    cells = translation.translation_cells(translation.notebook_of(row))
-    assert {"rosetta:model", "rosetta:loss", "rosetta:optimizer"} <= {t for c in cells for t in c["tags"]}
+    cells = translation.translation_cells(translation.notebook_of(name))
+    assert {"rosetta:model", "rosetta:weights", "rosetta:loss", "rosetta:optimizer"} <= {
+        t for c in cells for t in c["tags"]}
+    defined = set()
+    for cell in cells:
+        found = NOT_TRANSLATION.findall(cell["source"])
+        assert not found, "%s cell %d: %s belongs in an untagged cell" % (name, cell["index"], sorted(set(found)))
+        for node in ast.parse(cell["source"]).body:
+            targets = node.targets if isinstance(node, ast.Assign) else []
+            bound = {t.id for t in targets if isinstance(t, ast.Name)}
+            assert not bound & BUILT, "%s cell %d builds %s at import" % (name, cell["index"], bound & BUILT)
+            assert not isinstance(node, (ast.If, ast.For, ast.While, ast.With, ast.Try)), (
+                "%s cell %d runs a statement at import (line %d)" % (name, cell["index"], node.lineno))
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                defined.add(node.name)
+    assert "BatchRNN" in defined, "%s: the bidirectional layer is BatchRNN in every framework" % name
+    assert {"load_canonical"} <= defined, name
+    assert "def train_step" in text and "__main__" in text
 
 
-@pytest.mark.parametrize("row", translation.rows())
-def test_translation_takes_the_first_step_like_the_reference(row, tmp_path, smoke):
+def reference_first_loss(weights):
+    """The NumPy reference's loss of the ``__main__`` block's batch (the same seed and shapes) from ``weights``."""
+    from common import reference
+    from common.spec import SMOKE_MODEL
+    from common.weights import load_state
+    rng = np.random.RandomState(0)
+    features = rng.standard_normal((2, 200, SMOKE_MODEL.n_freq)).astype(np.float32)
+    labels = rng.randint(1, SMOKE_MODEL.n_classes, size=(2, 10)).astype(np.int32)
+    return reference.ds2_loss(load_state(weights, SMOKE_MODEL), features, labels, SMOKE_MODEL)
+
+
+@pytest.mark.parametrize("row", [r for r in TARGETS if r in sum(map(translation.targets_of, translation.rows()), [])])
+def test_translation_loads_an_export_and_takes_the_first_step_like_the_reference(row, tmp_path, smoke):
     if row not in selected_targets():
         pytest.skip("%s is not among DS2_TEST_FRAMEWORKS" % row)
     target = TARGETS[row]
     python = env_interpreter(smoke, row)      # the environment the session's smoke run used
+    export = smoke.record(row).get("export") or {}
+    weights = export.get("path") and (export["path"] if os.path.isabs(export["path"])
+                                      else os.path.join(ROOT, export["path"]))
+    assert weights and os.path.exists(weights), "the smoke run of %s exported no weights file: %s" % (row, export)
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", CUDA_VISIBLE_DEVICES="", JAX_PLATFORMS="cpu",
-               TF_CPP_MIN_LOG_LEVEL="2")
+               TF_CPP_MIN_LOG_LEVEL="2", DS2_WIDTH="smoke")
+    env.pop("DS2_WEIGHTS", None)
     venv = os.path.dirname(os.path.dirname(python))
     if ENVS[target.env].kernel_env:
         env.update(ENVS[target.env].kernel_env(venv))
+    if "backend" in target.parameters:
+        env["KERAS_BACKEND"] = target.parameters["backend"]
     harness = tmp_path / "harness.py"
     harness.write_text(HARNESS)
-    proc = subprocess.run([python, str(harness), translation.output_path(row), translation.notebook_of(row),
-                           translation.ROWS[row]["loss"]], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, universal_newlines=True, timeout=600)
+    path = translation.output_path(translation.name_of(row))
+    proc = subprocess.run([python, str(harness), path, weights], cwd=str(tmp_path), env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-4000:]
-    result = json.loads([line for line in proc.stdout.splitlines() if line.startswith("RESULT ")][-1][7:])
-    print(row, result)
-    assert result["ok"] and result["rel_diff"] <= result["rtol"], result
+    assert "weights: %s" % weights in proc.stdout, proc.stdout[-2000:]
+    found = re.findall(r"(?m)^one training step, loss (\S+)$", proc.stdout)
+    assert len(found) == 1, proc.stdout[-2000:]
+    loss, ref = float(found[0]), reference_first_loss(weights)
+    rel = abs(loss - ref) / abs(ref)
+    print(row, json.dumps({"weights": os.path.basename(weights), "loss": loss, "reference": ref, "rel_diff": rel}))
+    assert rel <= FIRST_LOSS_RTOL, (loss, ref, rel)
