@@ -279,6 +279,7 @@ _VARIANTS = [
     ("tensorflow+xla", "tensorflow", "TensorFlow (tf.keras, XLA)", "xla"),
     ("mxnet+static", "mxnet", "MXNet (Gluon, static_shape)", "static"),
     ("jax+unroll", "jax", "JAX (Flax NNX, unrolled scan)", "unroll"),
+    ("jax+hoist", "jax", "JAX (Flax NNX, input projection hoisted out of the scan)", "hoist"),
     ("keras-tensorflow+xla", "keras-tensorflow", "Keras 3 (TensorFlow backend, XLA)", "xla"),
 ]
 

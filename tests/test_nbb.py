@@ -20,6 +20,7 @@ NAMES = selected_targets()
 #: variant target -> (row of record, what its options must say)
 VARIANTS = {
     "jax+unroll": ("jax", {"variant": "unroll"}),
+    "jax+hoist": ("jax", {"variant": "hoist", "scan_unroll": 1}),
     "keras-tensorflow+xla": ("keras-tensorflow", {"variant": "xla", "jit_compile": True}),
 }
 

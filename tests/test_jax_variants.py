@@ -1,0 +1,172 @@
+"""The JAX notebook's variant ``hoist`` (row ``jax+hoist``): the bd layers' input projection x_t W + b of every time
+step as one matrix product before the scan, the scan left with h U. Same model code, parameters and loss as the row
+of record (section 4 of notebooks/JAX_Flax_DS2.ipynb).
+
+Two checks in the default tier:
+
+- the notebook's own cells (model, variant, names) in the JAX environment on the smoke model, without running the
+  notebook: both variants' models have the same state (names and shapes); bd1's forward and backward give the same
+  value and gradients, and their compiled program says where the input products are -- inside the scan's ``while``
+  bodies in the row of record (XLA does not hoist them by itself), outside them in ``hoist``;
+- a smoke run of ``jax+hoist`` (the forward timing and the exports skipped: the full tier runs the whole notebook)
+  against the session's smoke run of ``jax``: the first-loss check, the first 10 losses within
+  ``variant_rtol("jax+hoist")``, every shape compiled ahead of time in the warm-up and nothing in the timed pass.
+
+In the full tier the session's smoke run has every variant, and tests/test_notebooks.py, tests/test_nbb.py and
+tests/test_onnx.py hold ``jax+hoist`` to what they hold every variant to."""
+import json
+import subprocess
+
+import numpy as np
+import pytest
+
+from tests.conftest import (FIRST_LOSS_RTOL, K_STEPS, ROOT, env_interpreter, full_tier, selected_targets, smoke_run,
+                            variant_rtol)
+
+pytestmark = pytest.mark.skipif("jax" not in selected_targets(), reason="jax is not among DS2_TEST_FRAMEWORKS")
+
+NOTEBOOK = "notebooks/JAX_Flax_DS2.ipynb"
+TARGET = "jax+hoist"
+
+
+@pytest.fixture(scope="module")
+def hoist_run(request, tmp_path_factory):
+    """jax+hoist on smoke: in the full tier the session's smoke run (every variant, the whole notebook), else a run
+    of this variant alone without the forward timing and the exports (what it adds to the default tier: data,
+    first-loss check, warm-up, timed epoch, record)."""
+    if full_tier():
+        return request.getfixturevalue("smoke")
+    return smoke_run(tmp_path_factory, "smoke_jax_hoist", [TARGET], "--skip", "forward,export")
+
+
+def ok(run, target):
+    rec = run.record(target)
+    if rec["status"] == "skipped":
+        pytest.skip("%s: %s" % (target, rec["error"]))
+    assert rec["status"] == "ok", "%s failed: %s" % (target, rec["error"])
+    return rec
+
+
+def first_losses(rec):
+    return np.array((rec["losses"]["warmup"] + rec["losses"]["train"])[:K_STEPS])
+
+
+def test_hoist_trains_like_the_row_of_record(hoist_run, smoke):
+    rec, row = ok(hoist_run, TARGET), ok(smoke, "jax")
+    assert rec["row_of_record"] == "jax" and "hoisted" in rec["variant"], rec["variant"]
+    options = rec["options"]
+    assert options["variant"] == "hoist" and options["scan_unroll"] == 1, options
+    assert options["input_projection"].startswith("hoisted"), options
+    assert row["options"]["input_projection"].startswith("in the scan"), row["options"]
+    assert rec["checks"]["loss"]["ok"] and rec["checks"]["loss"]["rel_diff"] <= FIRST_LOSS_RTOL, rec["checks"]["loss"]
+    assert rec["checks"]["loss"]["framework"] == pytest.approx(row["checks"]["loss"]["framework"],
+                                                               rel=variant_rtol(TARGET))
+    mine, theirs = first_losses(rec), first_losses(row)
+    assert len(mine) == len(theirs) == K_STEPS and len(set(theirs.round(3))) > 5
+    rel = np.abs(mine - theirs) / np.abs(theirs)
+    assert rel.max() <= variant_rtol(TARGET), (rel.max(), mine.tolist(), theirs.tolist())
+    assert rec["data"]["checksum"] == row["data"]["checksum"]
+    xla = options["xla_compilations"]                    # the ahead-of-time warm-up works for the variant too
+    assert xla["warmup"] == row["options"]["xla_compilations"]["warmup"] > 0 and xla["epoch"] == 0, xla
+
+
+#: runs in the JAX environment: the notebook's section-4 cells (model, variants, names) on the smoke model, then bd1's
+#: forward and backward compiled in either variant; prints RESULT <json>
+HARNESS = r'''
+import json, os, re, sys
+sys.path.insert(0, os.getcwd())
+import operator
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from common.spec import get_preset
+
+jax.config.update("jax_default_matmul_precision", "float32")
+cells = [c for c in json.load(open(sys.argv[1]))["cells"] if c["cell_type"] == "code"]
+
+
+P = get_preset("smoke")
+cfg = P.config
+g = {"jax": jax, "jnp": jnp, "nnx": nnx, "operator": operator, "cfg": cfg,
+     "compute_dtype": jnp.float32, "seed": 0, "variant": "", "scan_unroll": 1}
+for source in [c["source"] for c in cells if "rosetta:model" in c["metadata"].get("tags", [])]:   # section 4
+    exec("".join(source), g)
+assert {"BatchRNN", "HoistedBidirectional", "build_model"} <= set(g), sorted(g)
+x = jax.random.normal(jax.random.key(0), (8, 25, cfg.rnn_input_width))   # bd1's input: 8 utterances of 1 s
+
+
+@nnx.jit
+def step(layer, x):
+    """bd1's forward and backward on its own (the rest of the model has no scan)."""
+    return nnx.value_and_grad(lambda layer: (layer(x) ** 2).mean())(layer)
+
+
+def input_products(hlo, width):
+    """(dots touching `width` in a while loop's body, such dots elsewhere), by their result and operand shapes."""
+    shapes, comp_of, calls, bodies, dots, comp = {}, {}, {}, [], [], None
+    for line in hlo.splitlines():
+        m = re.match(r"^(?:ENTRY )?%?([\w.\-]+) .*\{$", line)
+        if m and " = " not in line:
+            comp = m.group(1)
+            continue
+        m = re.match(r"\s*(?:ROOT )?%([\w.\-]+) = (\S+)(.*)", line)
+        if not m:
+            continue
+        name, shape, rest = m.groups()
+        shapes[name], comp_of[name] = shape, comp
+        calls.setdefault(comp, set()).update(re.findall(r"(?:calls|body|condition|to_apply)=%([\w.\-]+)", rest))
+        bodies += re.findall(r"body=%([\w.\-]+)", rest)
+        dot = re.search(r" dot\(([^)]*)\)", rest)
+        if dot:
+            dots.append([name] + re.findall(r"%([\w.\-]+)", dot.group(1)))
+    in_loops, todo = set(), list(bodies)
+    while todo:
+        c = todo.pop()
+        if c not in in_loops:
+            in_loops.add(c)
+            todo += list(calls.get(c, ()))
+    touching = [d[0] for d in dots if any(re.search(r"[\[,]%d[\],]" % width, shapes.get(n, "")) for n in d)]
+    return ([d for d in touching if comp_of[d] in in_loops], [d for d in touching if comp_of[d] not in in_loops])
+
+
+out = {}
+for variant in ("", "hoist"):
+    g["variant"] = variant
+    model = g["build_model"](nnx.Rngs(0))
+    layer = model.rnns.layers[0]
+    loss, grads = step(layer, x)
+    hlo = step.lower(layer, x).compile().as_text()
+    inside, outside = input_products(hlo, cfg.rnn_input_width)
+    out[variant or "row"] = {
+        "layer": type(layer.rnn).__name__, "loss": float(loss),
+        "grads": {".".join(map(str, k)): np.asarray(v[...]).tolist() for k, v in nnx.to_flat_state(grads)},
+        "state": sorted("%s %s" % (".".join(map(str, k)), v.shape) for k, v in nnx.to_flat_state(nnx.state(model))),
+        "input_dots_in_loops": len(inside), "input_dots_outside": len(outside),
+        "scopes": sorted(s for s in ("batchnorm", "rnn", "rnn_input", "rnn_recurrence") if "/%s/" % s in hlo
+                         or "(%s)" % s in hlo)}
+print("RESULT " + json.dumps(out))
+'''
+
+
+def test_hoist_moves_the_input_products_out_of_the_loop_and_computes_the_same(smoke, tmp_path):
+    harness = tmp_path / "harness.py"
+    harness.write_text(HARNESS)
+    proc = subprocess.run([env_interpreter(smoke, "jax"), str(harness), NOTEBOOK], cwd=ROOT,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    out = json.loads([line for line in proc.stdout.splitlines() if line.startswith("RESULT ")][-1][7:])
+    row, hoist = out["row"], out["hoist"]
+    assert row["layer"] == "Bidirectional" and hoist["layer"] == "HoistedBidirectional"
+    assert row["state"] == hoist["state"] and any(".dense_i.kernel" in s for s in row["state"])
+    assert hoist["loss"] == pytest.approx(row["loss"], rel=1e-6)
+    assert sorted(row["grads"]) == sorted(hoist["grads"])
+    for name in row["grads"]:
+        a, b = np.array(row["grads"][name]), np.array(hoist["grads"][name])
+        assert np.abs(a - b).max() <= 1e-5 * np.abs(a).max() + 1e-12, name
+    # the row of record: XLA leaves bd1's input products (x_t W, and the gradients' products with x_t and W) inside
+    # the scan's loop, one per time step; hoist: none inside, the whole sequence's products before and after it
+    assert row["input_dots_in_loops"] >= 3, row
+    assert hoist["input_dots_in_loops"] == 0 and hoist["input_dots_outside"] >= 3, hoist
+    # the names the profile adds up (notebook section 4) reach the compiled program in both
+    assert row["scopes"] == hoist["scopes"] == ["batchnorm", "rnn", "rnn_input", "rnn_recurrence"], (row, hoist)
