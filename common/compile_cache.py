@@ -79,10 +79,12 @@ class JaxCompileCounter(object):
     def snapshot(self) -> collections.Counter:
         return self.counts.copy()
 
-    def since(self, snapshot: collections.Counter) -> dict:
-        """compiles, compile_s, cache_hits and cache_misses since ``snapshot`` (zeros included)."""
+    def since(self, snapshot: Optional[dict] = None) -> dict:
+        """compiles, compile_s, cache_hits and cache_misses since ``snapshot`` (None: since the counter was
+        made), zeros included."""
+        snapshot = snapshot or {}
         keys = ("compiles", "compile_s", "cache_hits", "cache_misses")
-        return collections.OrderedDict((k, self.counts[k] - snapshot[k]) for k in keys)
+        return collections.OrderedDict((k, self.counts[k] - snapshot.get(k, 0)) for k in keys)
 
 
 def tf_xla_flags(flags: Optional[str], directory: str) -> str:

@@ -2,8 +2,6 @@
 framework here: a stand-in for the few parts of ``jax`` the helpers touch)."""
 import os
 
-
-
 from common import compile_cache
 from common.compile_cache import (JAX_CACHE_EVENTS, JAX_COMPILE_EVENT, JaxCompileCounter, cache_dir, cache_files,
                                   device_type, enable_jax_cache, tf_xla_cache_dir, tf_xla_flags)
@@ -67,7 +65,8 @@ def test_jax_counter_counts_programs_and_cache_use():
     event(JAX_CACHE_EVENTS[0])
     event("/jax/something/else")
     assert counter.since(before) == {"compiles": 1, "compile_s": 0.25, "cache_hits": 1, "cache_misses": 0}
-    assert counter.counts == {"compiles": 2, "compile_s": 2.75, "cache_hits": 1, "cache_misses": 1}
+    assert counter.since() == {"compiles": 2, "compile_s": 2.75, "cache_hits": 1, "cache_misses": 1}
+    assert JaxCompileCounter(FakeJax()).since() == {"compiles": 0, "compile_s": 0, "cache_hits": 0, "cache_misses": 0}
 
 
 def test_tf_xla_flags_add_the_persistent_cache_once():
