@@ -76,7 +76,8 @@ class Target:
                  cpu_precisions: Tuple[str, ...] = ("fp32", "bf16"),
                  cpu_precision_reasons: Optional[Dict[str, str]] = None, variant_of: Optional[str] = None,
                  control_precisions: Tuple[str, ...] = (),
-                 cpu_precision_flags: Optional[Dict[str, Tuple[Tuple[str, ...], str]]] = None):
+                 cpu_precision_flags: Optional[Dict[str, Tuple[Tuple[str, ...], str]]] = None,
+                 gpu_only: Optional[str] = None):
         self.name = name
         self.variant_of = variant_of            # the row of record this target is a faster variant of
         self.label = label
@@ -88,6 +89,7 @@ class Target:
         self.cpu_precision_reasons = cpu_precision_reasons or {}            # precision -> why not on a CPU
         self.cpu_precision_flags = cpu_precision_flags or {}    # precision -> (CPU flags it needs, what fails without)
         self.control_precisions = control_precisions  # a reference mode (fp64), on any device; never a benchmark row
+        self.gpu_only = gpu_only                # why it runs on a CUDA GPU only (every precision), or None
 
     @property
     def row_of_record(self) -> str:
@@ -99,6 +101,8 @@ class Target:
         CPU's features (default: this machine's, common/envinfo.py cpu_flags)."""
         if precision in self.control_precisions:
             return None
+        if self.gpu_only:
+            return self.gpu_only
         if precision in self.cpu_precisions:
             if precision not in self.cpu_precision_flags:
                 return None
@@ -276,6 +280,8 @@ TARGETS = OrderedDict((t.name, t) for t in [
 #: graph and recompiles at every time step; the Keras notebook, section 7, shows it and refuses variant "compile").
 _VARIANTS = [
     ("pytorch+compile", "pytorch", "PyTorch (torch.compile)", "compile"),
+    ("pytorch+graphs", "pytorch", "PyTorch (CUDA graphs)", "graphs"),
+    ("pytorch+bidir2", "pytorch", "PyTorch (RNN directions batched)", "bidir2"),
     ("tensorflow+xla", "tensorflow", "TensorFlow (tf.keras, XLA)", "xla"),
     ("mxnet+static", "mxnet", "MXNet (Gluon, static_shape)", "static"),
     ("jax+unroll", "jax", "JAX (Flax NNX, unrolled scan)", "unroll"),
@@ -284,12 +290,19 @@ _VARIANTS = [
 ]
 
 
+#: variants that run on a CUDA GPU only, with the reason run_all.py gives for not running them on a CPU
+_GPU_ONLY = {
+    "pytorch+graphs": "variant graphs needs a CUDA GPU: it replays the training step from CUDA graphs "
+                      "(torch.cuda.CUDAGraph), which a CPU does not have",
+}
+
+
 def _variant(name: str, of: str, label: str, variant: str) -> Target:
     base = TARGETS[of]
     return Target(name, label, base.notebook, base.env, parameters=dict(base.parameters, variant=variant),
                   unsupported_gpu_precisions=base.unsupported_gpu_precisions, cpu_precisions=base.cpu_precisions,
                   cpu_precision_reasons=base.cpu_precision_reasons, variant_of=of,
-                  cpu_precision_flags=base.cpu_precision_flags)
+                  cpu_precision_flags=base.cpu_precision_flags, gpu_only=_GPU_ONLY.get(name))
 
 
 VARIANTS = OrderedDict((name, _variant(name, of, label, v)) for name, of, label, v in _VARIANTS)
