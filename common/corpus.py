@@ -800,6 +800,17 @@ class CorpusIterator:
                 yield b
             e += 1
 
+    def warmup_batches(self, epoch: int = 0) -> List[Batch]:
+        """The first batch of every distinct (batch size, frames) shape in epoch ``epoch``'s order: what a warm-up
+        (compilation, autotuning) runs."""
+        seen, out = set(), []
+        for index, ids in enumerate(self.plan(epoch)):
+            shape = (len(ids), self.utterances[ids[0]].padded_frames)
+            if shape not in seen:
+                seen.add(shape)
+                out.append(self.batch(ids, index, epoch))
+        return out
+
     def texts(self, ids: Sequence[int]) -> List[str]:
         return [self.utterances[i].text for i in ids]
 

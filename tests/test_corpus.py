@@ -128,6 +128,8 @@ def test_batches_have_one_length_and_labelled_lengths(tiny):
             np.testing.assert_array_equal(b.features[row], a.features("train", b.ids[row]).astype(np.float32))
         seen += b.ids
     assert sorted(seen) == list(range(6)) and it.checksum
+    warm = it.warmup_batches()
+    assert sorted((b.batch_size, b.frames) for b in warm) == sorted(it.shapes())
     assert [len(x) for x in it.plan(0)] == [len(x) for x in a.iterator("train", 2).plan(0)]
 
 
