@@ -148,13 +148,14 @@ def test_shuffle_is_seeded_per_epoch(tiny):
 
 def test_a_larger_margin_rejects_and_draws_the_next_clause(tmp_path, monkeypatch):
     _engines_or_skip()
-    monkeypatch.setattr(C, "MARGIN", 30)
+    monkeypatch.setattr(C, "MARGIN", 20)            # about half of the candidates fail it
     rec = C.recipe(seed=3, train=1, test_seen=1, test_unseen=1)
-    corpus = C.open_or_build(rec, str(tmp_path), progress=False)
-    assert rec["margin"] == 30 and sum(corpus.meta["rejected"].values()) > 0
+    corpus = C.open_or_build(rec, str(tmp_path), jobs=1, progress=False)
+    assert rec["margin"] == 20 and sum(corpus.meta["rejected"].values()) > 0
     for s in C.SPLITS:
         u = corpus.utterances(s)[0]
-        assert u.frames // 4 >= len(u.text) + C.repeats(u.text) + 30
+        assert u.frames // 4 >= len(u.text) + C.repeats(u.text) + 20
+        assert u.clause == C.clause_pool(30000, s)[corpus.meta["rejected"][s]]     # the next clause, in order
 
 
 def test_feasibility_rule_by_hand():
