@@ -127,9 +127,9 @@ LAUNCHERS = OrderedDict((l.name, l) for l in [
                       "(keras.distribution.DataParallel): 2 x 4 = 1 x 8 to 9.9e-8 (tests/test_s2_keras.py); the DS2 "
                       "JAX notebook (NamedSharding over a 'data' mesh, batches W does not divide replicated): "
                       "2 x 4 = 1 x 8 to 1.6e-7 (tests/test_s2_jax.py)",
-             multinode=("one process per slot, DS2_COORDINATOR=HOST0:PORT, DS2_PROCESS_ID = the global rank. Run here on 2 "
+             multinode=("one process per slot, DS2_COORDINATOR=HOST0:PORT, DS2_PROCESS_ID = the global rank. Tested on 2 "
                        "simulated hosts: the DS2 JAX notebook, 2 x 4 = 1 x 8 to 1.1e-7, and Keras on JAX "
-                       "(tests/test_hosts.py; Keras under --full)"),
+                       "(tests/test_hosts.py, --full)"),
              rank_env=_jax_env, ports=1),
     Launcher("mpiexec", "mpiexec", "OpenMPI (CNTK data_parallel_distributed_learner)",
              "mpiexec --allow-run-as-root --oversubscribe -n W -x LD_LIBRARY_PATH=<venv>/mpi-compat "

@@ -241,8 +241,10 @@ def sim_hosts():
         assert "ds2h" not in left, left
 
 
-@pytest.mark.parametrize("target", ["pytorch", "jax"] + [pytest.param(t, marks=pytest.mark.full)
-                                                           for t in ("tensorflow", "keras-jax")])
+#: the default tier trains PyTorch on two hosts (the agents, ssh, the hostfile and torchrun's multi-node form); JAX's
+#: coordinator launcher on one host is in tests/test_distributed.py, and on two hosts with --full, as TF and Keras
+@pytest.mark.parametrize("target", ["pytorch"] + [pytest.param(t, marks=pytest.mark.full)
+                                                  for t in ("jax", "tensorflow", "keras-jax")])
 def test_two_simulated_hosts_train_like_one_process(sim_hosts, smoke, tmp_path, target):
     if target not in selected_targets():
         pytest.skip("%s is not among DS2_TEST_FRAMEWORKS" % target)
