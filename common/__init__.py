@@ -8,6 +8,14 @@
 - :mod:`common.timing`    the timing protocol (:class:`BenchmarkTimer`)
 - :mod:`common.results`   result records and the comparison table
 - :mod:`common.envinfo`   OS, CPU, GPU, driver facts
+- :mod:`common.exports`   the canonical weights file every notebook exports, and its checks
+- :mod:`common.onnx_check` the ONNX route's check against the framework's own logits
+- :mod:`common.labels`    CNTK's per-frame CTC labels
+- :mod:`common.flops`, :mod:`common.roofline`, :mod:`common.profile` FLOPs, rooflines and profile shares
+- :mod:`common.parallel`  data-parallel shards and rank facts
+- :mod:`common.compile_cache` the persistent XLA caches' directories and counters
+- :mod:`common.corpus`    the real task's corpus, spoken offline (espeak-ng, flite), and its iterator
+- :mod:`common.decode`    greedy CTC decoding and the character error rate
 
 Runs on Python 3.6 (CNTK's interpreter, with the ``dataclasses`` backport) through 3.12.
 """
