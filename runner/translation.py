@@ -256,8 +256,6 @@ def weights_source() -> str:
 MAIN = '''
 
 if __name__ == "__main__":      # build, load the weights, one step on a random batch (2 utterances, 2 s, 10 labels)
-    import sys
-
     class Batch:
         """A batch as common/data.py's iterator yields it: features (N, T, 161), labels (N, L) in 1..28."""
 
@@ -314,7 +312,7 @@ tests/test_translation.py runs this file on a smoke run's export and holds its l
 """
 ''' % (label_of(name), rel, name, "\n    ".join(usage))
     preamble = spec["preamble"]() if callable(spec["preamble"]) else spec["preamble"]
-    parts = [header, "import os\nfrom dataclasses import dataclass\nfrom typing import Dict, Tuple", "",
+    parts = [header, "import os\nimport sys\nfrom dataclasses import dataclass\nfrom typing import Dict, Tuple", "",
              preamble.strip("\n"), "", "", config_source(), "", "", weights_source(), ""]
     for cell in cells:
         parts += ["", "# %%%% %s cell %d (%s)" % (os.path.basename(path), cell["index"], ", ".join(cell["tags"])),

@@ -39,7 +39,8 @@ runpy.run_path(path, run_name="__main__")
 #: names the notebook binds to its model, optimizer and step: a translation cell may define them only in a function
 BUILT = {"model", "net", "optimizer", "trainer", "learner", "loss", "train_step", "step_model", "state"}
 #: what belongs to the notebook's other cells: variants, profiling, export, checks, printing
-NOT_TRANSLATION = re.compile(r"\bvariant\b|\bprofil|named_scope|\bexport|\bcheck_|\.summary\(|\bprint\(|\bsync\b")
+NOT_TRANSLATION = re.compile(r"\bvariant\b|\bprofiler?\b|named_scope|\bexports?\.|\bexport_\w+\(|\bcheck_\w+\(|"
+                             r"\.summary\(|\bprint\(|\bsync\b")
 
 
 @pytest.mark.parametrize("name", translation.rows())
