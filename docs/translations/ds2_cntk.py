@@ -1,27 +1,28 @@
-"""DS2 in CNTK (cntk.layers): the model, the CTC loss and one training step.
+"""DS2 in CNTK (cntk.layers): the model, its canonical weights, the CTC loss and one training step.
 
-Lifted out of notebooks/CNTK_DS2.ipynb: its cells tagged `translation`, written here by
-`python -m runner.rosetta --extract cntk`. Do not edit; edit the notebook. Standalone: the framework and NumPy
-only. The preamble holds what the notebook's other cells compute: the DS2 configuration (common/spec.py) as
-literal values, and the single-process CPU fp32 settings.
+Generated from notebooks/CNTK_DS2.ipynb (its cells tagged `translation`) by
+`python -m runner.rosetta --extract cntk`: edit the notebook, not this file. Needs the framework and NumPy only.
 
-    python docs/translations/ds2_cntk.py                   # the full model: one step on a random batch
-    DS2_WIDTH=smoke python docs/translations/ds2_cntk.py   # the same at the smoke width
+    python docs/translations/ds2_cntk.py WEIGHTS.npz                   # or DS2_WEIGHTS=WEIGHTS.npz
+    python docs/translations/ds2_cntk.py                               # no file: random canonical initial weights
+    DS2_WIDTH=smoke python docs/translations/ds2_cntk.py WEIGHTS.npz   # the smoke width
 
-The notebook then loads the canonical weights (its section 5) and checks the first loss against the NumPy
-reference; tests/test_translation.py does the same with this file.
+Importing it runs nothing. A canonical weights file is what every notebook exports after its timed epoch
+(results/weights/<record>.npz): the same names and layouts for every framework, so any notebook's file loads here.
+tests/test_translation.py runs this file on a smoke run's export and holds its loss to the NumPy reference's.
 """
 
 import os
+import sys
+from dataclasses import dataclass
+from typing import Dict, Tuple
 
 import math
 
 import cntk as C
 import numpy as np
 
-dev = C.device.cpu()                                  # the notebook: a GPU when CNTK sees one
-C.device.try_set_default_device(dev)
-on_gpu = fused = False                                # fused: optimized_rnnstack (cuDNN), GPU only
+fused = False                                         # optimized_rnnstack (cuDNN): the notebook's choice on a GPU
 FRAMES_PER_SECOND = 100
 #: the mean output frames of a minibatch, from the notebook's iterator (deepmark preset; smoke)
 frames_per_minibatch = {'full': 4752.0, 'smoke': 625.0}[os.environ.get("DS2_WIDTH", "full")]
@@ -47,26 +48,39 @@ def frame_labels(labels: np.ndarray, n_frames: int, n_classes: int) -> np.ndarra
     return encoded
 
 
-from typing import Tuple  # noqa: E402  (the derived sizes' annotations)
-
-#: common/spec.py's DS2 configuration (FULL_MODEL) and its smoke width (SMOKE_MODEL), as literal values
-CONFIGS = {
-    "full": dict(n_freq=161, conv_channels=32, conv1_kernel=(5, 20), conv1_stride=(2, 2), conv1_padding=(0, 9),
-        conv2_kernel=(5, 10), conv2_stride=(1, 2), conv2_padding=(0, 4), rnn_layers=7, rnn_hidden=1760,
-        fc_hidden=1760, n_classes=29, blank=0, clip=20.0, bn_eps=1e-05, bn_momentum=0.1, lr=0.0001,
-        momentum=0.9),
-    "smoke": dict(n_freq=161, conv_channels=4, conv1_kernel=(5, 20), conv1_stride=(2, 2), conv1_padding=(0, 9),
-        conv2_kernel=(5, 10), conv2_stride=(1, 2), conv2_padding=(0, 4), rnn_layers=2, rnn_hidden=32,
-        fc_hidden=32, n_classes=29, blank=0, clip=20.0, bn_eps=1e-05, bn_momentum=0.1, lr=0.0001,
-        momentum=0.9),
-}
-
-
+# %% The DS2 configuration: common/spec.py's, the full model's values, and the sizes derived from them
+@dataclass(frozen=True)
 class DS2Config:
-    """Every number of the DS2 model, its loss and its optimizer (common/spec.py), and the sizes derived from them."""
+    """Every number of the DS2 model, its loss and its optimizer.
 
-    def __init__(self, **values):
-        self.__dict__.update(values)
+    Frameworks differ in conventions (BatchNorm momentum, padding, RNN layouts); the
+    values here are in the spec's convention and each notebook translates them.
+    """
+
+    # input
+    n_freq: int = 161                   # spectrogram bins (frequency axis)
+    # convolutions, axes (frequency, time)
+    conv_channels: int = 32
+    conv1_kernel: Tuple[int, int] = (5, 20)
+    conv1_stride: Tuple[int, int] = (2, 2)
+    conv1_padding: Tuple[int, int] = (0, 9)   # symmetric: none in frequency, 9 per side in time
+    conv2_kernel: Tuple[int, int] = (5, 10)
+    conv2_stride: Tuple[int, int] = (1, 2)
+    conv2_padding: Tuple[int, int] = (0, 4)
+    # recurrent stack
+    rnn_layers: int = 7
+    rnn_hidden: int = 1760
+    # fully connected layer and output
+    fc_hidden: int = 1760
+    n_classes: int = 29                 # blank + 28 symbols
+    blank: int = 0                      # CTC blank index
+    clip: float = 20.0                  # clipped ReLU: min(max(x, 0), clip)
+    # BatchNorm: running = (1 - momentum) * running + momentum * batch  (PyTorch convention)
+    bn_eps: float = 1e-5
+    bn_momentum: float = 0.1
+    # optimizer: SGD with classical momentum, no Nesterov, no weight decay, no clipping
+    lr: float = 1e-4
+    momentum: float = 0.9
 
     def conv_out(self, size: int, kernel: int, stride: int, pad: int) -> int:
         """Output length of a convolution with symmetric padding ``pad``."""
@@ -102,8 +116,109 @@ class DS2Config:
         """Input width of each bd layer."""
         return (self.rnn_input_width,) + (self.rnn_hidden,) * (self.rnn_layers - 1)
 
+    def param_shapes(self) -> Dict[str, Tuple[int, ...]]:
+        """The canonical parameter names and shapes (the project's interchange format)."""
+        c, h = self.conv_channels, self.rnn_hidden
+        shapes = {
+            "conv1.weight": (c, 1) + tuple(self.conv1_kernel),
+            "conv1.bn.gamma": (c,), "conv1.bn.beta": (c,),
+            "conv2.weight": (c, c) + tuple(self.conv2_kernel),
+            "conv2.bn.gamma": (c,), "conv2.bn.beta": (c,),
+        }
+        for i, width in enumerate(self.rnn_input_widths(), start=1):
+            shapes["bd%d.bn.gamma" % i] = (width,)
+            shapes["bd%d.bn.beta" % i] = (width,)
+            for d in ("fwd", "bwd"):
+                shapes["bd%d.%s.W" % (i, d)] = (h, width)
+                shapes["bd%d.%s.U" % (i, d)] = (h, h)
+                shapes["bd%d.%s.b" % (i, d)] = (h,)
+        shapes.update({
+            "fc.bn.gamma": (h,), "fc.bn.beta": (h,),
+            "fc.W": (self.fc_hidden, h), "fc.b": (self.fc_hidden,),
+            "out.W": (self.n_classes, self.fc_hidden), "out.b": (self.n_classes,),
+        })
+        return shapes
 
-cfg = DS2Config(**CONFIGS[os.environ.get("DS2_WIDTH", "full")])
+    def bn_names(self) -> Tuple[str, ...]:
+        """The BatchNorm layers, in model order: conv1.bn, conv2.bn, bd{i}.bn, fc.bn."""
+        return ("conv1.bn", "conv2.bn") + tuple("bd%d.bn" % i for i in range(1, self.rnn_layers + 1)) + ("fc.bn",)
+
+    def running_stat_shapes(self) -> Dict[str, Tuple[int, ...]]:
+        """The BatchNorm running statistics of the canonical format: ``<bn>.mean`` and ``<bn>.var``.
+
+        Not trainable (not in :attr:`param_count`).  Initialised 0 and 1 and updated in training mode as
+        ``r = (1 - bn_momentum) * r + bn_momentum * batch``, where the batch variance is the **unbiased**
+        one (n / (n - 1) times the biased variance that normalises the batch, n = the number of values per
+        feature: N x F x T' for the convolutions, N x T/4 for the sequences) -- PyTorch's and cuDNN's
+        convention.  Keras, Flax and MXNet store the biased one instead (the README's migration notes say
+        what each framework stores and how large the difference is).
+        """
+        widths = [self.conv_channels, self.conv_channels] + list(self.rnn_input_widths()) + [self.rnn_hidden]
+        shapes = {}
+        for name, width in zip(self.bn_names(), widths):
+            shapes[name + ".mean"] = (width,)
+            shapes[name + ".var"] = (width,)
+        return shapes
+
+    def state_shapes(self) -> Dict[str, Tuple[int, ...]]:
+        """Everything a trained model holds in the canonical format: parameters and running statistics."""
+        shapes = dict(self.param_shapes())
+        shapes.update(self.running_stat_shapes())
+        return shapes
+
+
+#: common/spec.py's smoke width (SMOKE_MODEL): the same model, narrower
+SMOKE = dict(conv_channels=4, rnn_layers=2, rnn_hidden=32, fc_hidden=32)
+cfg = DS2Config(**SMOKE) if os.environ.get("DS2_WIDTH") == "smoke" else DS2Config()
+
+
+# %% Canonical weights: the .npz every notebook exports (section 11: results/weights/<record>.npz), float32
+# arrays under cfg.state_shapes()'s names in the layouts of common/weights.py, the same for every framework
+def read_weights(path, config=cfg):
+    """{canonical name: float32 array} from a canonical .npz, every name of ``config``'s state with its shape."""
+    with np.load(path) as f:
+        state = {name: f[name] for name in f.files}
+    for name, shape in config.state_shapes().items():
+        found = state[name].shape if name in state else "missing"
+        if found != tuple(shape):
+            raise ValueError("%s: %s is %s, this model's is %s (a smoke run's weights need DS2_WIDTH=smoke)"
+                             % (path, name, found, tuple(shape)))
+    return state
+
+
+#: common/weights.py: random initial weights in the canonical format (no file given)
+def fan_in(name: str, shape) -> int:
+    """Fan-in of a weight: every axis but the first (out) one."""
+    n = 1
+    for d in shape[1:]:
+        n *= d
+    return n
+
+
+def canonical_weights(config: DS2Config, seed: int = 0) -> Dict[str, np.ndarray]:
+    """The initial weights of the whole model as a dict of float32 arrays (canonical names)."""
+    rng = np.random.Generator(np.random.PCG64(seed))
+    weights = {}
+    for name, shape in config.param_shapes().items():
+        kind = name.rsplit(".", 1)[1]
+        if kind == "gamma":
+            value = np.ones(shape)
+        elif kind in ("beta", "b"):
+            value = np.zeros(shape)
+        else:  # "weight" (conv kernel), "W" (input/dense matrix), "U" (recurrent matrix)
+            bound = 1.0 / np.sqrt(fan_in(name, shape))
+            value = rng.uniform(-bound, bound, size=shape)
+        weights[name] = np.ascontiguousarray(value, dtype=np.float32)
+    return weights
+
+
+def canonical_state(config: DS2Config, seed: int = 0) -> Dict[str, np.ndarray]:
+    """The canonical weights plus the BatchNorm running statistics (``<bn>.mean`` 0, ``<bn>.var`` 1):
+    the whole canonical format, as an exported model holds it."""
+    state = canonical_weights(config, seed)
+    for name, shape in config.running_stat_shapes().items():
+        state[name] = (np.zeros if name.endswith(".mean") else np.ones)(shape, dtype=np.float32)
+    return state
 
 
 # %% CNTK_DS2.ipynb cell 9 (rosetta:data)
@@ -189,7 +304,7 @@ def ConvBlock(kernel, stride, padding, name, statistics=None):
     return conv_block
 
 
-def BidirectionalReLU(width, name, sequence_bn=SequenceBatchNorm):
+def BatchRNN(width, name, sequence_bn=SequenceBatchNorm):
     """One bd layer: sequence-wise BatchNorm -> bidirectional ReLU RNN -> directions summed, clipped."""
     bn = sequence_bn(width)
     hidden = cfg.rnn_hidden
@@ -206,10 +321,10 @@ def BidirectionalReLU(width, name, sequence_bn=SequenceBatchNorm):
         def rnn(x):
             return C.plus(forward(x), backward(x))
 
-    @C.layers.blocks.BlockFunction("BidirectionalReLU", name)
-    def bd_layer(x):
+    @C.layers.blocks.BlockFunction("BatchRNN", name)
+    def batch_rnn(x):
         return clipped_relu(rnn(bn(x)))
-    return bd_layer
+    return batch_rnn
 
 
 def DeepSpeech2(features, labels, statistics=None, sequence_bn=SequenceBatchNorm):
@@ -227,82 +342,104 @@ def DeepSpeech2(features, labels, statistics=None, sequence_bn=SequenceBatchNorm
     x = C.reshape(C.transpose(x, perm=(2, 0, 1)), (-1, cfg.rnn_input_width))   # (T/4, 2400), feature c * 75 + f
     x = C.to_sequence_like(x, labels)                                         # T/4 frames on the sequence axis
     for i, width in enumerate(cfg.rnn_input_widths(), start=1):
-        x = BidirectionalReLU(width, "bd%d" % i, sequence_bn)(x)              # T/4 frames of 1760
+        x = BatchRNN(width, "bd%d" % i, sequence_bn)(x)              # T/4 frames of 1760
     return out(fc(x))                                                         # T/4 frames of 29 logits
 
 
-model = DeepSpeech2(features, labels)
-n_params = sum(int(np.prod(p.shape)) for p in model.parameters)
-for name in ["conv1", "conv2"] + ["bd%d" % i for i in range(1, cfg.rnn_layers + 1)] + ["fc", "out"]:
-    print(getattr(model, name))        # per utterance: block(input) -> output; -3 marks the free time dimension
-print("BatchNorm time constant %.1f samples (mean %.1f frames per minibatch)" % (bn_time_constant, frames_per_minibatch))
-print("%d parameters" % n_params)
+# %% CNTK_DS2.ipynb cell 15 (rosetta:weights)
+def cudnn_layout(W, i):
+    """bd{i}'s weights as optimized_rnnstack's flat parameter."""
+    zero = np.zeros(cfg.rnn_hidden, np.float32)
+    fwd, bwd = "bd%d.fwd." % i, "bd%d.bwd." % i
+    return np.concatenate([W[fwd + "W"].ravel(), W[fwd + "U"].ravel(), W[bwd + "W"].ravel(), W[bwd + "U"].ravel(),
+                           W[fwd + "b"], zero, W[bwd + "b"], zero])
 
 
-def running_statistics(f):
-    """Every BatchNorm's running statistics in f (and CNTK's layers' sample counts): [(constant, value)]."""
-    return [(c, c.value) for name in ("aggregate_mean", "aggregate_variance", "aggregate_count")
-            for c in f.find_all_with_name(name, depth=-1)]
+def batchnorms(model):
+    """(canonical name, BatchNorm block) of every BatchNorm of the model."""
+    return ([("conv%d.bn" % i, getattr(model, "conv%d" % i).bn) for i in (1, 2)]
+            + [("bd%d.bn" % i, getattr(model, "bd%d" % i).bn) for i in range(1, cfg.rnn_layers + 1)]
+            + [("fc.bn", model.fc.bn)])
 
 
-def restore_running_statistics(saved):
-    for constant, value in saved:
-        constant.value = value
+def load_canonical(model, W):
+    """Copy the canonical state W (parameters and running statistics, {name: array}) into the model's variables."""
+    def put(variable, array):
+        variable.value = np.ascontiguousarray(array, dtype=np.float32).reshape(variable.shape)
+
+    for name, bn in batchnorms(model):
+        put(bn.scale, W[name + ".gamma"])
+        put(bn.bias, W[name + ".beta"])
+        put(bn.aggregate_mean, W[name + ".mean"])
+        put(bn.aggregate_variance, W[name + ".var"])
+        if hasattr(bn, "aggregate_count"):                    # CNTK's own layer: statistics count as seen
+            put(bn.aggregate_count, 1.0)
+    for i in (1, 2):
+        put(getattr(model, "conv%d" % i).conv.W, W["conv%d.weight" % i])
+    for i in range(1, cfg.rnn_layers + 1):
+        layer = getattr(model, "bd%d" % i)
+        if fused:
+            put(layer.rnn, cudnn_layout(W, i))
+        else:
+            for direction in ("fwd", "bwd"):
+                step, name = getattr(layer, direction), "bd%d.%s." % (i, direction)
+                put(step.W, W[name + "W"].T)
+                put(step.H, W[name + "U"].T)
+                put(step.b, W[name + "b"])
+    put(model.fc.dense.W, W["fc.W"].T)
+    put(model.fc.dense.b, W["fc.b"])
+    put(model.out.W, W["out.W"].T)
+    put(model.out.b, W["out.b"])
 
 
-mode_flags = {}   # id() of a model -> (the model, its bn_training constants); a loaded model repeats the uids
+# %% CNTK_DS2.ipynb cell 18 (rosetta:loss)
+def ds2_loss(model, labels):
+    """The loss graph: CTC summed over the minibatch, divided by its utterances (the mean per utterance)."""
+    ctc = C.forward_backward(C.labels_to_graph(labels), model, blankTokenId=cfg.blank)   # sum over the minibatch
+    utterances = C.reduce_sum(C.sequence.is_first(labels), axis=C.Axis.all_axes())   # N
+    return ctc / utterances
 
 
-def inference(batch, f=None, feed=minibatch):
-    """Inference-mode logits of a batch as NumPy (T/4, N, classes): CNTK's BatchNormalization uses its running
-    statistics in a pass that keeps nothing for a backward pass (`eval`), the hand-written BatchNorm when bn_training
-    is 0. `f`: `model` (default; section 9b's once it rebinds it) or one loaded from a file (inputs and flag found by
-    name); `feed`: the batch's conversion (default: section 3's `minibatch`, the whole batch)."""
-    f = model if f is None else f
-    if id(f) not in mode_flags:
-        mode_flags[id(f)] = (f, f.find_all_with_name("bn_training", depth=-1))
-    flags = mode_flags[id(f)][1]
-    inputs = {v.name: value for v, value in feed(batch).items()}
-    for flag in flags:
-        flag.value = np.zeros((), np.float32)
-    try:
-        logits = f.eval({a: inputs[a.name] for a in f.arguments})
-    finally:
-        for flag in flags:
-            flag.value = np.ones((), np.float32)
-    return np.asarray(logits, dtype=np.float32).transpose(1, 0, 2)     # (N, T/4, classes) -> (T/4, N, classes)
+# %% CNTK_DS2.ipynb cell 22 (rosetta:optimizer)
+def sgd(parameters):
+    """SGD with classical momentum (no Nesterov, no weight decay); the gradient is the loss's, already / N."""
+    return C.momentum_sgd(parameters, lr=C.learning_parameter_schedule(cfg.lr, minibatch_size=1),
+                          momentum=C.momentum_schedule(cfg.momentum), unit_gain=False)
 
 
-# %% CNTK_DS2.ipynb cell 16 (rosetta:loss)
-ctc = C.forward_backward(C.labels_to_graph(labels), model, blankTokenId=cfg.blank)   # sum over the minibatch
-utterances = C.reduce_sum(C.sequence.is_first(labels), axis=C.Axis.all_axes())   # N
-loss = ctc / utterances
+def make_train_step(model, loss, learner):
+    """train_step(batch): forward, CTC, backward and `learner`'s update; returns the loss (computed before the
+    update) as a NumPy scalar."""
+    trainer = C.Trainer(model, (loss, None), [learner])
+
+    def train_step(batch):
+        _, values = trainer.train_minibatch(minibatch(batch), outputs=[loss.output])
+        return values[loss.output]                       # a NumPy scalar: the step has run
+    return train_step
 
 
-# %% CNTK_DS2.ipynb cell 19 (rosetta:optimizer)
-learner = C.momentum_sgd(model.parameters, lr=C.learning_parameter_schedule(cfg.lr, minibatch_size=1),
-                         momentum=C.momentum_schedule(cfg.momentum), unit_gain=False)
-trainer = C.Trainer(model, (loss, None), [learner])
-
-
-def train_step(batch):
-    _, values = trainer.train_minibatch(minibatch(batch), outputs=[loss.output])
-    return values[loss.output]                           # a NumPy scalar: the step has run
-
-
-def sync(_):
-    """CNTK has no synchronise call: copying a parameter that the update just wrote waits for the step on a GPU.
-    On a CPU CNTK computes synchronously: train_minibatch returns after the update."""
-    if on_gpu:
-        model.out.b.value
-
-
-if __name__ == "__main__":             # one step on a random batch: 2 utterances of 2 s (200 frames), 10 labels
+if __name__ == "__main__":      # build, load the weights, one step on a random batch (2 utterances, 2 s, 10 labels)
     class Batch:
+        """A batch as common/data.py's iterator yields it: features (N, T, 161), labels (N, L) in 1..28."""
+
         def __init__(self, features, labels):
             self.features, self.labels = features, labels
             self.batch_size, self.frames = features.shape[0], features.shape[1]
 
+    path = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("DS2_WEIGHTS")
+    if path:
+        try:
+            state = read_weights(path)
+        except (OSError, ValueError) as e:
+            sys.exit("%s: %s" % (os.path.basename(sys.argv[0]), e))
+        print("weights:", path)
+    else:
+        state = canonical_state(cfg, seed=0)
+        print("weights: none given (argv[1] or DS2_WEIGHTS): RANDOM canonical initial weights, seed 0, untrained")
+    model = DeepSpeech2(features, labels)
+    load_canonical(model, state)
+    loss = ds2_loss(model, labels)
+    train_step = make_train_step(model, loss, sgd(model.parameters))
     rng = np.random.RandomState(0)
     batch = Batch(rng.standard_normal((2, 200, cfg.n_freq)).astype(np.float32),
                   rng.randint(1, cfg.n_classes, size=(2, 10)).astype(np.int32))

@@ -1,47 +1,61 @@
-"""DS2 in TensorFlow (tf.keras): the model, the CTC loss and one training step.
+"""DS2 in TensorFlow (tf.keras): the model, its canonical weights, the CTC loss and one training step.
 
-Lifted out of notebooks/TensorFlow_DS2.ipynb: its cells tagged `translation`, written here by
-`python -m runner.rosetta --extract tensorflow`. Do not edit; edit the notebook. Standalone: the framework and NumPy
-only. The preamble holds what the notebook's other cells compute: the DS2 configuration (common/spec.py) as
-literal values, and the single-process CPU fp32 settings.
+Generated from notebooks/TensorFlow_DS2.ipynb (its cells tagged `translation`) by
+`python -m runner.rosetta --extract tensorflow`: edit the notebook, not this file. Needs the framework and NumPy only.
 
-    python docs/translations/ds2_tensorflow.py                   # the full model: one step on a random batch
-    DS2_WIDTH=smoke python docs/translations/ds2_tensorflow.py   # the same at the smoke width
+    python docs/translations/ds2_tensorflow.py WEIGHTS.npz                   # or DS2_WEIGHTS=WEIGHTS.npz
+    python docs/translations/ds2_tensorflow.py                               # no file: random canonical initial weights
+    DS2_WIDTH=smoke python docs/translations/ds2_tensorflow.py WEIGHTS.npz   # the smoke width
 
-The notebook then loads the canonical weights (its section 5) and checks the first loss against the NumPy
-reference; tests/test_translation.py does the same with this file.
+Importing it runs nothing. A canonical weights file is what every notebook exports after its timed epoch
+(results/weights/<record>.npz): the same names and layouts for every framework, so any notebook's file loads here.
+tests/test_translation.py runs this file on a smoke run's export and holds its loss to the NumPy reference's.
 """
 
 import os
+import sys
+from dataclasses import dataclass
+from typing import Dict, Tuple
 
 import keras
 import numpy as np
 import tensorflow as tf
 from keras import layers
 
-jit_compile = False                                   # True: the xla variant
 
-
-from typing import Tuple  # noqa: E402  (the derived sizes' annotations)
-
-#: common/spec.py's DS2 configuration (FULL_MODEL) and its smoke width (SMOKE_MODEL), as literal values
-CONFIGS = {
-    "full": dict(n_freq=161, conv_channels=32, conv1_kernel=(5, 20), conv1_stride=(2, 2), conv1_padding=(0, 9),
-        conv2_kernel=(5, 10), conv2_stride=(1, 2), conv2_padding=(0, 4), rnn_layers=7, rnn_hidden=1760,
-        fc_hidden=1760, n_classes=29, blank=0, clip=20.0, bn_eps=1e-05, bn_momentum=0.1, lr=0.0001,
-        momentum=0.9),
-    "smoke": dict(n_freq=161, conv_channels=4, conv1_kernel=(5, 20), conv1_stride=(2, 2), conv1_padding=(0, 9),
-        conv2_kernel=(5, 10), conv2_stride=(1, 2), conv2_padding=(0, 4), rnn_layers=2, rnn_hidden=32,
-        fc_hidden=32, n_classes=29, blank=0, clip=20.0, bn_eps=1e-05, bn_momentum=0.1, lr=0.0001,
-        momentum=0.9),
-}
-
-
+# %% The DS2 configuration: common/spec.py's, the full model's values, and the sizes derived from them
+@dataclass(frozen=True)
 class DS2Config:
-    """Every number of the DS2 model, its loss and its optimizer (common/spec.py), and the sizes derived from them."""
+    """Every number of the DS2 model, its loss and its optimizer.
 
-    def __init__(self, **values):
-        self.__dict__.update(values)
+    Frameworks differ in conventions (BatchNorm momentum, padding, RNN layouts); the
+    values here are in the spec's convention and each notebook translates them.
+    """
+
+    # input
+    n_freq: int = 161                   # spectrogram bins (frequency axis)
+    # convolutions, axes (frequency, time)
+    conv_channels: int = 32
+    conv1_kernel: Tuple[int, int] = (5, 20)
+    conv1_stride: Tuple[int, int] = (2, 2)
+    conv1_padding: Tuple[int, int] = (0, 9)   # symmetric: none in frequency, 9 per side in time
+    conv2_kernel: Tuple[int, int] = (5, 10)
+    conv2_stride: Tuple[int, int] = (1, 2)
+    conv2_padding: Tuple[int, int] = (0, 4)
+    # recurrent stack
+    rnn_layers: int = 7
+    rnn_hidden: int = 1760
+    # fully connected layer and output
+    fc_hidden: int = 1760
+    n_classes: int = 29                 # blank + 28 symbols
+    blank: int = 0                      # CTC blank index
+    clip: float = 20.0                  # clipped ReLU: min(max(x, 0), clip)
+    # BatchNorm: running = (1 - momentum) * running + momentum * batch  (PyTorch convention)
+    bn_eps: float = 1e-5
+    bn_momentum: float = 0.1
+    # optimizer: SGD with classical momentum, no Nesterov, no weight decay, no clipping
+    lr: float = 1e-4
+    momentum: float = 0.9
 
     def conv_out(self, size: int, kernel: int, stride: int, pad: int) -> int:
         """Output length of a convolution with symmetric padding ``pad``."""
@@ -77,26 +91,124 @@ class DS2Config:
         """Input width of each bd layer."""
         return (self.rnn_input_width,) + (self.rnn_hidden,) * (self.rnn_layers - 1)
 
+    def param_shapes(self) -> Dict[str, Tuple[int, ...]]:
+        """The canonical parameter names and shapes (the project's interchange format)."""
+        c, h = self.conv_channels, self.rnn_hidden
+        shapes = {
+            "conv1.weight": (c, 1) + tuple(self.conv1_kernel),
+            "conv1.bn.gamma": (c,), "conv1.bn.beta": (c,),
+            "conv2.weight": (c, c) + tuple(self.conv2_kernel),
+            "conv2.bn.gamma": (c,), "conv2.bn.beta": (c,),
+        }
+        for i, width in enumerate(self.rnn_input_widths(), start=1):
+            shapes["bd%d.bn.gamma" % i] = (width,)
+            shapes["bd%d.bn.beta" % i] = (width,)
+            for d in ("fwd", "bwd"):
+                shapes["bd%d.%s.W" % (i, d)] = (h, width)
+                shapes["bd%d.%s.U" % (i, d)] = (h, h)
+                shapes["bd%d.%s.b" % (i, d)] = (h,)
+        shapes.update({
+            "fc.bn.gamma": (h,), "fc.bn.beta": (h,),
+            "fc.W": (self.fc_hidden, h), "fc.b": (self.fc_hidden,),
+            "out.W": (self.n_classes, self.fc_hidden), "out.b": (self.n_classes,),
+        })
+        return shapes
 
-cfg = DS2Config(**CONFIGS[os.environ.get("DS2_WIDTH", "full")])
+    def bn_names(self) -> Tuple[str, ...]:
+        """The BatchNorm layers, in model order: conv1.bn, conv2.bn, bd{i}.bn, fc.bn."""
+        return ("conv1.bn", "conv2.bn") + tuple("bd%d.bn" % i for i in range(1, self.rnn_layers + 1)) + ("fc.bn",)
+
+    def running_stat_shapes(self) -> Dict[str, Tuple[int, ...]]:
+        """The BatchNorm running statistics of the canonical format: ``<bn>.mean`` and ``<bn>.var``.
+
+        Not trainable (not in :attr:`param_count`).  Initialised 0 and 1 and updated in training mode as
+        ``r = (1 - bn_momentum) * r + bn_momentum * batch``, where the batch variance is the **unbiased**
+        one (n / (n - 1) times the biased variance that normalises the batch, n = the number of values per
+        feature: N x F x T' for the convolutions, N x T/4 for the sequences) -- PyTorch's and cuDNN's
+        convention.  Keras, Flax and MXNet store the biased one instead (the README's migration notes say
+        what each framework stores and how large the difference is).
+        """
+        widths = [self.conv_channels, self.conv_channels] + list(self.rnn_input_widths()) + [self.rnn_hidden]
+        shapes = {}
+        for name, width in zip(self.bn_names(), widths):
+            shapes[name + ".mean"] = (width,)
+            shapes[name + ".var"] = (width,)
+        return shapes
+
+    def state_shapes(self) -> Dict[str, Tuple[int, ...]]:
+        """Everything a trained model holds in the canonical format: parameters and running statistics."""
+        shapes = dict(self.param_shapes())
+        shapes.update(self.running_stat_shapes())
+        return shapes
+
+
+#: common/spec.py's smoke width (SMOKE_MODEL): the same model, narrower
+SMOKE = dict(conv_channels=4, rnn_layers=2, rnn_hidden=32, fc_hidden=32)
+cfg = DS2Config(**SMOKE) if os.environ.get("DS2_WIDTH") == "smoke" else DS2Config()
+
+
+# %% Canonical weights: the .npz every notebook exports (section 11: results/weights/<record>.npz), float32
+# arrays under cfg.state_shapes()'s names in the layouts of common/weights.py, the same for every framework
+def read_weights(path, config=cfg):
+    """{canonical name: float32 array} from a canonical .npz, every name of ``config``'s state with its shape."""
+    with np.load(path) as f:
+        state = {name: f[name] for name in f.files}
+    for name, shape in config.state_shapes().items():
+        found = state[name].shape if name in state else "missing"
+        if found != tuple(shape):
+            raise ValueError("%s: %s is %s, this model's is %s (a smoke run's weights need DS2_WIDTH=smoke)"
+                             % (path, name, found, tuple(shape)))
+    return state
+
+
+#: common/weights.py: random initial weights in the canonical format (no file given)
+def fan_in(name: str, shape) -> int:
+    """Fan-in of a weight: every axis but the first (out) one."""
+    n = 1
+    for d in shape[1:]:
+        n *= d
+    return n
+
+
+def canonical_weights(config: DS2Config, seed: int = 0) -> Dict[str, np.ndarray]:
+    """The initial weights of the whole model as a dict of float32 arrays (canonical names)."""
+    rng = np.random.Generator(np.random.PCG64(seed))
+    weights = {}
+    for name, shape in config.param_shapes().items():
+        kind = name.rsplit(".", 1)[1]
+        if kind == "gamma":
+            value = np.ones(shape)
+        elif kind in ("beta", "b"):
+            value = np.zeros(shape)
+        else:  # "weight" (conv kernel), "W" (input/dense matrix), "U" (recurrent matrix)
+            bound = 1.0 / np.sqrt(fan_in(name, shape))
+            value = rng.uniform(-bound, bound, size=shape)
+        weights[name] = np.ascontiguousarray(value, dtype=np.float32)
+    return weights
+
+
+def canonical_state(config: DS2Config, seed: int = 0) -> Dict[str, np.ndarray]:
+    """The canonical weights plus the BatchNorm running statistics (``<bn>.mean`` 0, ``<bn>.var`` 1):
+    the whole canonical format, as an exported model holds it."""
+    state = canonical_weights(config, seed)
+    for name, shape in config.running_stat_shapes().items():
+        state[name] = (np.zeros if name.endswith(".mean") else np.ones)(shape, dtype=np.float32)
+    return state
 
 
 # %% TensorFlow_DS2.ipynb cell 9 (rosetta:data)
 def ctc_labels(batch):
-    """CTC labels as a SparseTensor: indices (N * L, 2) int64, values int32, dense shape (N, L);
-    dense (N, L) int32 for XLA."""
-    if jit_compile:
-        return tf.constant(batch.labels)
+    """CTC labels as a SparseTensor: indices (N * L, 2) int64, values int32, dense shape (N, L)."""
     n, length = batch.labels.shape
     indices = np.stack(np.unravel_index(np.arange(n * length), (n, length)), axis=1)
     return tf.SparseTensor(indices, batch.labels.reshape(-1), dense_shape=(n, length))
 
 
 features_spec = tf.TensorSpec([None, None, cfg.n_freq], tf.float32)   # (N, T, 161), any N and T
-labels_spec = tf.TensorSpec([None, None], tf.int32) if jit_compile else tf.SparseTensorSpec([None, None], tf.int32)
+labels_spec = tf.SparseTensorSpec([None, None], tf.int32)
 
 
-# %% TensorFlow_DS2.ipynb cell 11 (rosetta:model)
+# %% TensorFlow_DS2.ipynb cell 12 (rosetta:model)
 def batch_norm(name, synchronized):
     # Keras's momentum weights the old running value: 1 - 0.1 = 0.9; synchronized: statistics of the global batch
     return layers.BatchNormalization(momentum=1 - cfg.bn_momentum, epsilon=cfg.bn_eps, synchronized=synchronized,
@@ -113,7 +225,7 @@ def conv_block(x, i, kernel, stride, padding, synchronized):
     return layers.ReLU(max_value=cfg.clip, name="conv%d_clip" % i)(x)   # min(max(x, 0), 20)
 
 
-def bd_layer(x, i, synchronized):
+def BatchRNN(x, i, synchronized):
     """One bd layer: sequence-wise BatchNorm -> bidirectional ReLU RNN -> directions summed, clipped."""
     x = batch_norm("bd%d_bn" % i, synchronized)(x)
     rnn = layers.SimpleRNN(cfg.rnn_hidden, activation="relu", return_sequences=True)   # batch-major
@@ -128,7 +240,7 @@ def deepspeech2(cfg, synchronized=False):
     x = conv_block(x, 2, cfg.conv2_kernel, cfg.conv2_stride, cfg.conv2_padding, synchronized)   # (N, T/4, 75, 32)
     x = layers.Reshape((-1, cfg.rnn_input_width), name="to_sequence")(x)           # (N, T/4, 2400): f * 32 + c
     for i in range(1, cfg.rnn_layers + 1):
-        x = bd_layer(x, i, synchronized)                                           # (N, T/4, 1760)
+        x = BatchRNN(x, i, synchronized)                                           # (N, T/4, 1760)
     x = batch_norm("fc_bn", synchronized)(x)
     x = layers.Dense(cfg.fc_hidden, name="fc")(x)
     x = layers.ReLU(max_value=cfg.clip, name="fc_clip")(x)
@@ -136,12 +248,35 @@ def deepspeech2(cfg, synchronized=False):
     return keras.Model(spectrogram, logits, name="deepspeech2")
 
 
-model = deepspeech2(cfg)
-n_params = sum(int(np.prod(v.shape)) for v in model.trainable_variables)  # BatchNorm's moving statistics are not trained
-model.summary()
+# %% TensorFlow_DS2.ipynb cell 15 (rosetta:weights)
+# keras_order[f * 32 + c] = c * 75 + f: the canonical index of each Keras feature
+keras_order = np.arange(cfg.rnn_input_width).reshape(cfg.conv_channels, cfg.freq_after_conv2).T.reshape(-1)
 
 
-# %% TensorFlow_DS2.ipynb cell 15 (rosetta:loss)
+def load_canonical(model, W):
+    """Copy the canonical state W (parameters and running statistics, {name: array}) into the model's layers."""
+    def bn(layer, prefix, order=slice(None)):
+        layer.gamma.assign(W[prefix + ".gamma"][order])
+        layer.beta.assign(W[prefix + ".beta"][order])
+        layer.moving_mean.assign(W[prefix + ".mean"][order])
+        layer.moving_variance.assign(W[prefix + ".var"][order])
+
+    for i in (1, 2):
+        model.get_layer("conv%d" % i).kernel.assign(W["conv%d.weight" % i].transpose(3, 2, 1, 0))
+        bn(model.get_layer("conv%d_bn" % i), "conv%d.bn" % i)
+    for i in range(1, cfg.rnn_layers + 1):
+        order = keras_order if i == 1 else slice(None)          # bd1 reads the conv features
+        bn(model.get_layer("bd%d_bn" % i), "bd%d.bn" % i, order)
+        bidirectional = model.get_layer("bd%d" % i)
+        for direction, rnn in (("fwd", bidirectional.forward_layer), ("bwd", bidirectional.backward_layer)):
+            p = "bd%d.%s." % (i, direction)
+            rnn.set_weights([W[p + "W"].T[order], W[p + "U"].T, W[p + "b"]])   # kernel, recurrent_kernel, bias
+    bn(model.get_layer("fc_bn"), "fc.bn")
+    model.get_layer("fc").set_weights([W["fc.W"].T, W["fc.b"]])
+    model.get_layer("out").set_weights([W["out.W"].T, W["out.b"]])
+
+
+# %% TensorFlow_DS2.ipynb cell 18 (rosetta:loss)
 def ctc_per_utterance(logits, labels):
     """The CTC loss of every utterance, (N,)."""
     logits = tf.cast(logits, tf.float32)                       # (N, T/4, 29), batch-major
@@ -161,40 +296,56 @@ def ds2_loss(logits, labels):
     return tf.reduce_sum(per_utterance) / tf.cast(tf.shape(per_utterance)[0], tf.float32)
 
 
-# %% TensorFlow_DS2.ipynb cell 18 (rosetta:optimizer)
-optimizer = keras.optimizers.SGD(learning_rate=cfg.lr, momentum=cfg.momentum)
-optimizer.build(model.trainable_variables)                     # momentum slots, created outside the graph
-written = model.trainable_variables + model.non_trainable_variables   # what a step writes (moving statistics too)
+# %% TensorFlow_DS2.ipynb cell 21 (rosetta:optimizer)
+def sgd(model):
+    """SGD with classical momentum (no Nesterov, no weight decay); its momentum slots built outside the graph."""
+    optimizer = keras.optimizers.SGD(learning_rate=cfg.lr, momentum=cfg.momentum)
+    optimizer.build(model.trainable_variables)
+    return optimizer
 
 
-@tf.function(input_signature=[features_spec, labels_spec], jit_compile=jit_compile)
-def tf_train_step(x, labels):
-    with tf.GradientTape() as tape:
-        logits = model(x, training=True)
-        loss = ds2_loss(logits, labels)
-    gradients = tape.gradient(loss, model.trainable_variables)
-    optimizer.apply_gradients(zip(gradients, model.trainable_variables))
-    # read after the writes (automatic control dependencies): ready only when the whole update has run
-    done = tf.add_n([tf.cast(tf.reshape(v, [-1])[0], tf.float32) for v in written])
-    return loss, done
+def make_train_step(model, optimizer, labels_spec=labels_spec, jit_compile=False):
+    """train_step(batch): one tf.function step -- forward, CTC, backward and the update; returns (the loss, computed
+    before the update; `done`, a value ready only once the whole update has run)."""
+    written = model.trainable_variables + model.non_trainable_variables   # what a step writes (moving statistics too)
+
+    @tf.function(input_signature=[features_spec, labels_spec], jit_compile=jit_compile)
+    def tf_train_step(x, labels):
+        with tf.GradientTape() as tape:
+            logits = model(x, training=True)
+            loss = ds2_loss(logits, labels)
+        gradients = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+        # read after the writes (automatic control dependencies): ready only when the whole update has run
+        done = tf.add_n([tf.cast(tf.reshape(v, [-1])[0], tf.float32) for v in written])
+        return loss, done
+
+    def train_step(batch):
+        return tf_train_step(tf.constant(batch.features), ctc_labels(batch))
+    return train_step
 
 
-def train_step(batch):
-    return tf_train_step(tf.constant(batch.features), ctc_labels(batch))
-
-
-def sync(output):
-    """Wait for the device: read one scalar of the step's `done` (its update has run), or of a result."""
-    done = output[1] if isinstance(output, tuple) else output
-    tf.reshape(done, [-1])[0].numpy()
-
-
-if __name__ == "__main__":             # one step on a random batch: 2 utterances of 2 s (200 frames), 10 labels
+if __name__ == "__main__":      # build, load the weights, one step on a random batch (2 utterances, 2 s, 10 labels)
     class Batch:
+        """A batch as common/data.py's iterator yields it: features (N, T, 161), labels (N, L) in 1..28."""
+
         def __init__(self, features, labels):
             self.features, self.labels = features, labels
             self.batch_size, self.frames = features.shape[0], features.shape[1]
 
+    path = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("DS2_WEIGHTS")
+    if path:
+        try:
+            state = read_weights(path)
+        except (OSError, ValueError) as e:
+            sys.exit("%s: %s" % (os.path.basename(sys.argv[0]), e))
+        print("weights:", path)
+    else:
+        state = canonical_state(cfg, seed=0)
+        print("weights: none given (argv[1] or DS2_WEIGHTS): RANDOM canonical initial weights, seed 0, untrained")
+    model = deepspeech2(cfg)
+    load_canonical(model, state)
+    train_step = make_train_step(model, sgd(model))
     rng = np.random.RandomState(0)
     batch = Batch(rng.standard_normal((2, 200, cfg.n_freq)).astype(np.float32),
                   rng.randint(1, cfg.n_classes, size=(2, 10)).astype(np.int32))
