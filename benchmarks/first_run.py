@@ -7,7 +7,7 @@ What it does, in a scratch directory (kept with ``--keep``):
 
 1. ``git clone`` this checkout's HEAD (committed work only, as a user gets it);
 2. the environments, as ``python run_all.py`` makes them: the runner's (``runner.bootstrap.ensure_runner_env``), then
-   every framework's in one ``python run_all.py --setup-only --device cpu --frameworks ...`` (made two at a time,
+   every framework's in one ``python run_all.py --setup-only --device cpu --frameworks ...`` (made all at once,
    runner/envs.py), with empty caches of their own (``PIP_CACHE_DIR``, ``UV_CACHE_DIR``), so every wheel is fetched
    or read again. ``--installer`` picks what installs them (``DS2_INSTALLER``): uv (default), pip, or both (pip's
    environments first, then uv's, each in its own ``DS2_ENVS_DIR`` with its own empty caches; the runs use uv's);
@@ -15,7 +15,7 @@ What it does, in a scratch directory (kept with ``--keep``):
 4. ``python run_all.py`` again, the warm second run (environments and caches in place).
 
 ``--envs-only`` stops after step 2. It prints one table: the runner's environment, each framework environment (the
-seconds it took, from ``run_all.py``'s "ready in" lines, which overlap: they are made two at a time), all framework
+seconds it took, from ``run_all.py``'s "ready in" lines, which overlap: they are made all at once), all framework
 environments together, each notebook's wall time (the records' ``run.wall_s``) and each run's total, in seconds; with
 ``--installer both`` pip's and uv's side by side and their ratio. This is a benchmark, not a test: run it alone on an
 idle machine (other load slows the 2-core machine several times over), and compare parts of one run rather than

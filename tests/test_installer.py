@@ -241,13 +241,14 @@ DRIVER = textwrap.dedent("""
     def create_venv(path, requirements, base, stamp, log, pip="pip", wheelhouse=None, progress=None):
         bootstrap.run_logged(["sh", "-c", "echo $$ > %(tmp)s/$(basename %%s).pid; exec sleep 60" %% path], log, "x")
     envs.create_venv = create_venv
+    envs.AHEAD_WORKERS = 2
     sys.exit(cli.main(["--setup-only", "--device", "cpu", "--frameworks", "pytorch,mxnet,jax"]))
 """)
 
 
 @pytest.mark.parametrize("sig, status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_a_signal_while_environments_are_made_ahead_leaves_no_install_behind(tmp_path, sig, status):
-    """run_all.py --setup-only makes three environments (stand-in installs of a minute) two at a time: SIGTERM to
+    """run_all.py --setup-only makes three environments (stand-in installs of a minute), here two at a time: SIGTERM to
     the runner alone, or Ctrl-C to the terminal's process group, ends it within seconds, its installs too."""
     env = dict(os.environ, DS2_ENVS_DIR=str(tmp_path / "venvs"))
     proc = subprocess.Popen([sys.executable, "-c", DRIVER % {"root": ROOT, "tmp": tmp_path}], cwd=ROOT, env=env,
