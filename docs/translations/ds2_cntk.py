@@ -221,7 +221,7 @@ def canonical_state(config: DS2Config, seed: int = 0) -> Dict[str, np.ndarray]:
     return state
 
 
-# %% CNTK_DS2.ipynb cell 9 (rosetta:data)
+# %% CNTK_DS2.ipynb cell 10 (rosetta:data)
 features = C.input_variable((C.FreeDimension, cfg.n_freq), name="features")   # one utterance: (T, 161)
 labels = C.sequence.input_variable(cfg.n_classes, name="labels")              # T/4 frames of 29
 
@@ -232,7 +232,7 @@ def minibatch(batch):
             labels: frame_labels(batch.labels, cfg.output_length(batch.frames), cfg.n_classes)}
 
 
-# %% CNTK_DS2.ipynb cell 12 (rosetta:model)
+# %% CNTK_DS2.ipynb cell 13 (rosetta:model)
 bn_time_constant = -frames_per_minibatch / math.log(1.0 - cfg.bn_momentum)
 
 
@@ -346,7 +346,7 @@ def DeepSpeech2(features, labels, statistics=None, sequence_bn=SequenceBatchNorm
     return out(fc(x))                                                         # T/4 frames of 29 logits
 
 
-# %% CNTK_DS2.ipynb cell 15 (rosetta:weights)
+# %% CNTK_DS2.ipynb cell 16 (rosetta:weights)
 def cudnn_layout(W, i):
     """bd{i}'s weights as optimized_rnnstack's flat parameter."""
     zero = np.zeros(cfg.rnn_hidden, np.float32)
@@ -392,7 +392,7 @@ def load_canonical(model, W):
     put(model.out.b, W["out.b"])
 
 
-# %% CNTK_DS2.ipynb cell 18 (rosetta:loss)
+# %% CNTK_DS2.ipynb cell 19 (rosetta:loss)
 def ds2_loss(model, labels):
     """The loss graph: CTC summed over the minibatch, divided by its utterances (the mean per utterance)."""
     ctc = C.forward_backward(C.labels_to_graph(labels), model, blankTokenId=cfg.blank)   # sum over the minibatch
@@ -400,7 +400,7 @@ def ds2_loss(model, labels):
     return ctc / utterances
 
 
-# %% CNTK_DS2.ipynb cell 22 (rosetta:optimizer)
+# %% CNTK_DS2.ipynb cell 23 (rosetta:optimizer)
 def sgd(parameters):
     """SGD with classical momentum (no Nesterov, no weight decay); the gradient is the loss's, already / N."""
     return C.momentum_sgd(parameters, lr=C.learning_parameter_schedule(cfg.lr, minibatch_size=1),

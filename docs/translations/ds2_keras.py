@@ -197,7 +197,7 @@ def canonical_state(config: DS2Config, seed: int = 0) -> Dict[str, np.ndarray]:
     return state
 
 
-# %% Keras3_DS2.ipynb cell 10 (rosetta:model)
+# %% Keras3_DS2.ipynb cell 11 (rosetta:model)
 bn_momentum = 1.0 - cfg.bn_momentum      # Keras weights the old statistics: 0.9
 
 
@@ -239,7 +239,7 @@ def build_model():
         name="deepspeech2")
 
 
-# %% Keras3_DS2.ipynb cell 13 (rosetta:weights)
+# %% Keras3_DS2.ipynb cell 14 (rosetta:weights)
 channels, freqs = cfg.conv_channels, cfg.freq_after_conv2
 to_keras_features = np.arange(channels * freqs).reshape(channels, freqs).T.reshape(-1)  # [f*32+c] = c*75+f
 
@@ -267,7 +267,7 @@ def load_canonical(model, W):
     model.get_layer("out").set_weights([W["out.W"].T, W["out.b"]])
 
 
-# %% Keras3_DS2.ipynb cell 16 (rosetta:loss)
+# %% Keras3_DS2.ipynb cell 17 (rosetta:loss)
 @keras.saving.register_keras_serializable(package="ds2")   # model.save records the compiled loss by this name
 class CTCLoss(keras.losses.Loss):
     """CTC per utterance (blank 0); the Loss base class sums over the batch and divides by its size."""
@@ -283,7 +283,7 @@ class CTCLoss(keras.losses.Loss):
 ctc_loss = CTCLoss(name="ctc")
 
 
-# %% Keras3_DS2.ipynb cell 19 (rosetta:optimizer)
+# %% Keras3_DS2.ipynb cell 20 (rosetta:optimizer)
 def compile_for_training(model, jit_compile="auto"):
     """SGD with classical momentum (no Nesterov, no weight decay) and the CTC loss, compiled into the model.
     jit_compile: "auto" is the backend's default."""

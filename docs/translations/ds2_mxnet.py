@@ -198,13 +198,13 @@ def canonical_state(config: DS2Config, seed: int = 0) -> Dict[str, np.ndarray]:
     return state
 
 
-# %% MXNet_DS2.ipynb cell 9 (rosetta:data)
+# %% MXNet_DS2.ipynb cell 10 (rosetta:data)
 def to_device(batch):
     """Features and Gluon-numbered CTC labels (canonical k -> k - 1) as NDArrays on the device."""
     return mx.nd.array(batch.features, ctx=ctx), mx.nd.array(batch.labels - 1, ctx=ctx)
 
 
-# %% MXNet_DS2.ipynb cell 11 (rosetta:model)
+# %% MXNet_DS2.ipynb cell 12 (rosetta:model)
 def clipped_relu(cfg):
     return nn.HybridLambda(lambda F, x: F.clip(x, 0.0, cfg.clip))   # min(max(x, 0), 20)
 
@@ -264,7 +264,7 @@ class DeepSpeech2(nn.HybridBlock):
         return self.out(self.fc(x))                                 # (T/4, N, 29) logits
 
 
-# %% MXNet_DS2.ipynb cell 14 (rosetta:weights)
+# %% MXNet_DS2.ipynb cell 15 (rosetta:weights)
 def bn_pairs(name, bn):
     return [(name + ".gamma", bn.gamma), (name + ".beta", bn.beta),
             (name + ".mean", bn.running_mean), (name + ".var", bn.running_var)]
@@ -304,7 +304,7 @@ def load_canonical(net, state):
         param.grad_req = "null"                          # b_ih's gradient, and the sum would learn twice as fast
 
 
-# %% MXNet_DS2.ipynb cell 17 (rosetta:loss)
+# %% MXNet_DS2.ipynb cell 18 (rosetta:loss)
 ctc = gluon.loss.CTCLoss(layout="TNC", label_layout="NT")
 
 
@@ -314,7 +314,7 @@ def ds2_loss(logits, labels):
     return ctc(blank_last, labels)
 
 
-# %% MXNet_DS2.ipynb cell 20 (rosetta:optimizer)
+# %% MXNet_DS2.ipynb cell 21 (rosetta:optimizer)
 def sgd(net):
     """SGD with classical momentum (no Nesterov, no weight decay) over the model's parameters."""
     return gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": cfg.lr, "momentum": cfg.momentum})

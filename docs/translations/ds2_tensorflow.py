@@ -196,7 +196,7 @@ def canonical_state(config: DS2Config, seed: int = 0) -> Dict[str, np.ndarray]:
     return state
 
 
-# %% TensorFlow_DS2.ipynb cell 9 (rosetta:data)
+# %% TensorFlow_DS2.ipynb cell 10 (rosetta:data)
 def ctc_labels(batch):
     """CTC labels as a SparseTensor: indices (N * L, 2) int64, values int32, dense shape (N, L)."""
     n, length = batch.labels.shape
@@ -208,7 +208,7 @@ features_spec = tf.TensorSpec([None, None, cfg.n_freq], tf.float32)   # (N, T, 1
 labels_spec = tf.SparseTensorSpec([None, None], tf.int32)
 
 
-# %% TensorFlow_DS2.ipynb cell 12 (rosetta:model)
+# %% TensorFlow_DS2.ipynb cell 13 (rosetta:model)
 def batch_norm(name, synchronized):
     # Keras's momentum weights the old running value: 1 - 0.1 = 0.9; synchronized: statistics of the global batch
     return layers.BatchNormalization(momentum=1 - cfg.bn_momentum, epsilon=cfg.bn_eps, synchronized=synchronized,
@@ -248,7 +248,7 @@ def deepspeech2(cfg, synchronized=False):
     return keras.Model(spectrogram, logits, name="deepspeech2")
 
 
-# %% TensorFlow_DS2.ipynb cell 15 (rosetta:weights)
+# %% TensorFlow_DS2.ipynb cell 16 (rosetta:weights)
 # keras_order[f * 32 + c] = c * 75 + f: the canonical index of each Keras feature
 keras_order = np.arange(cfg.rnn_input_width).reshape(cfg.conv_channels, cfg.freq_after_conv2).T.reshape(-1)
 
@@ -276,7 +276,7 @@ def load_canonical(model, W):
     model.get_layer("out").set_weights([W["out.W"].T, W["out.b"]])
 
 
-# %% TensorFlow_DS2.ipynb cell 18 (rosetta:loss)
+# %% TensorFlow_DS2.ipynb cell 19 (rosetta:loss)
 def ctc_per_utterance(logits, labels):
     """The CTC loss of every utterance, (N,)."""
     logits = tf.cast(logits, tf.float32)                       # (N, T/4, 29), batch-major
@@ -296,7 +296,7 @@ def ds2_loss(logits, labels):
     return tf.reduce_sum(per_utterance) / tf.cast(tf.shape(per_utterance)[0], tf.float32)
 
 
-# %% TensorFlow_DS2.ipynb cell 21 (rosetta:optimizer)
+# %% TensorFlow_DS2.ipynb cell 22 (rosetta:optimizer)
 def sgd(model):
     """SGD with classical momentum (no Nesterov, no weight decay); its momentum slots built outside the graph."""
     optimizer = keras.optimizers.SGD(learning_rate=cfg.lr, momentum=cfg.momentum)
