@@ -140,18 +140,19 @@ def test_the_tarball_is_a_results_directory_the_report_reads(session, tmp_path):
 
 
 def test_a_row_running_at_the_deadline_is_stopped_and_what_it_left_comes_back(session, tmp_path):
-    """A row given an estimate that fits, with ~3 s left (less than run_all.py, its kernel and PyTorch's import
-    take on any machine): run_all.py gets SIGTERM at the deadline (its record, where it wrote one, says
+    """A row given an estimate that fits, with 4-10 s left after the versions (less than run_all.py, its kernel,
+    PyTorch's import and the notebook take on any machine; the deadline leaves room for the versions step on a loaded
+    machine, and too little for the latency benchmark's estimate): run_all.py gets SIGTERM at the deadline (its record, where it wrote one, says
     terminated), the session ends in time, and the TSV says killed."""
     out = tmp_path / "out"
     env = dict(os.environ, PATH=fake_gpu_path(tmp_path / "bin"), PYTHONPATH=ROOT)
     env.pop("DS2_RUNNER", None)
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, SCRIPT, "--dry-run", "--out", str(out), "--python", session["python"],
-                           "--rows", "pytorch:fp32", "--estimate", "pytorch:fp32=1", "--deadline-s", "24"],
+                           "--rows", "pytorch:fp32", "--estimate", "pytorch:fp32=1", "--deadline-s", "32"],
                           cwd=str(tmp_path), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           universal_newlines=True, timeout=300)
-    assert proc.returncode == 1 and time.monotonic() - t0 < 24 + 2 * gpu_session.GRACE_S, proc.stdout[-3000:]
+    assert proc.returncode == 1 and time.monotonic() - t0 < 32 + 2 * gpu_session.GRACE_S, proc.stdout[-3000:]
     with open(str(out / "summary.tsv")) as f:
         (row,) = list(csv.DictReader(f, delimiter="\t"))
     assert row["status"] == "killed" and row["note"].startswith("stopped at the deadline"), row

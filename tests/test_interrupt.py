@@ -105,7 +105,7 @@ def stop_and_check(proc, kernels, results_dir, send, status, reason):
     # results.md regenerated from the record
     with open(os.path.join(results_dir, "results.md")) as f:
         md = f.read()
-    assert "failed: %s" % reason in md, md
+    assert "not finished (interrupted): %s" % reason in md, md
     # no kernel (nor anything it started) survives
     deadline = time.time() + 5
     while alive(kernels) and time.time() < deadline:

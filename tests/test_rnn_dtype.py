@@ -75,7 +75,9 @@ cells = [c for c in json.load(open(sys.argv[1]))["cells"] if c["cell_type"] == "
 
 
 def cell(tag, text):
-    found = [c["source"] for c in cells if tag in c["metadata"].get("tags", []) and text in c["source"]]
+    sources = ["".join(c["source"]) if isinstance(c["source"], list) else c["source"] for c in cells
+               if tag in c["metadata"].get("tags", [])]
+    found = [s for s in sources if text in s]
     assert len(found) == 1, (tag, text, len(found))
     return found[0]
 
@@ -83,6 +85,7 @@ def cell(tag, text):
 P = get_preset("smoke")
 g = {"torch": torch, "nn": nn, "cfg": P.config, "dev": torch.device("cpu"), "dtype": torch.float32, "variant": ""}
 exec(cell("rosetta:model", "class BatchRNN"), g)
+g["model"] = g["DeepSpeech2"](g["cfg"]).to(g["dev"], g["dtype"])      # as the notebook's next (untagged) cell builds it
 exec(cell("rosetta:data", "def features_of"), g)
 probe = ast.parse(cell("precision-probe", "class RNNProbe"))
 probe.body = [s for s in probe.body if isinstance(s, (ast.Import, ast.ImportFrom, ast.ClassDef, ast.FunctionDef))

@@ -182,10 +182,12 @@ def test_variants_expand_to_the_variant_targets():
     from runner.targets import VARIANTS
     names = lambda ts: [t.name for t in ts]  # noqa: E731
     assert names(select_targets(["pytorch"])) == ["pytorch"]
-    assert names(select_targets(["pytorch"], True)) == ["pytorch", "pytorch+compile"]
+    torch_variants = ["pytorch+compile", "pytorch+graphs", "pytorch+bidir2"]
+    assert names(select_targets(["pytorch"], True)) == ["pytorch"] + torch_variants
     assert names(select_targets(["pytorch", "keras-torch", "cntk", "keras-jax"], True)) == [
-        "pytorch", "keras-torch", "cntk", "keras-jax", "pytorch+compile"]   # CNTK, keras-jax, keras-torch: none
-    assert names(select_targets(["pytorch+compile", "pytorch"], True)) == ["pytorch+compile", "pytorch"]  # once each
+        "pytorch", "keras-torch", "cntk", "keras-jax"] + torch_variants   # CNTK, keras-jax, keras-torch: none
+    assert names(select_targets(["pytorch+compile", "pytorch"], True)) == [
+        "pytorch+compile", "pytorch", "pytorch+graphs", "pytorch+bidir2"]                           # once each
     everything = select_targets(["pytorch", "tensorflow", "mxnet", "cntk", "jax", "keras-jax", "keras-torch",
                                  "keras-tensorflow"], True)
     assert sorted(names(everything)[8:]) == sorted(VARIANTS)
@@ -382,7 +384,7 @@ def test_which_precisions_run_on_a_cpu():
     # MXNet's oneDNN has no bfloat16 convolution without AVX-512: skipped with the reason, the others run
     avx2 = {name: t.cpu_precision_reason("bf16", {"avx2", "fma"}) for name, t in ALL_TARGETS.items()}
     assert {name for name, why in avx2.items() if why is None} == bf16_on_cpu - {"mxnet"} | {
-        "pytorch+compile", "tensorflow+xla", "jax+unroll", "keras-tensorflow+xla"}
+        "pytorch+compile", "pytorch+bidir2", "tensorflow+xla", "jax+unroll", "jax+hoist", "keras-tensorflow+xla"}
     for name in ("mxnet", "mxnet+static"):
         assert "avx512_core" in avx2[name] and avx2[name].endswith("this CPU lacks avx512f, avx512bw, avx512vl, avx512dq")
     assert all(t.cpu_precision_reason("fp32") is None for t in TARGETS.values())

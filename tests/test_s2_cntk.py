@@ -79,13 +79,14 @@ def kernel(smoke):
 
 
 def trimmed_notebook(out_path):
-    """The notebook's code cells from the first through rosetta:check, its optimizer cell, and the measurement."""
+    """The notebook's code cells from the first through rosetta:check, its optimizer cells (the step's definition and
+    the cell that builds it), and the measurement."""
     nb = nbformat.read(NOTEBOOK, as_version=4)
     code = [c for c in nb.cells if c.cell_type == "code"]
     tags = [c.metadata.get("tags", []) for c in code]
     check = next(i for i, t in enumerate(tags) if "rosetta:check" in t)
-    optimizer = next(c for c, t in zip(code, tags) if "rosetta:optimizer" in t)
-    cells = code[:check + 1] + [optimizer, nbformat.v4.new_code_cell("OUT_PATH = %r\n" % out_path + MEASURE)]
+    optimizer = [c for c, t in zip(code, tags) if "rosetta:optimizer" in t]
+    cells = code[:check + 1] + optimizer + [nbformat.v4.new_code_cell("OUT_PATH = %r\n" % out_path + MEASURE)]
     nb.cells = cells
     return nb
 
