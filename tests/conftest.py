@@ -254,6 +254,47 @@ def smoke_run(tmp_path_factory, name, targets, *options):
                    + ["--timeout", "3600"], tmp_path_factory.mktemp(name))
 
 
+#: the shared smoke run's rows in two halves of about equal time on 2 cores (XLA-compiling rows apart) ...
+SMOKE_HALVES = (("jax", "keras-torch", "mxnet", "tensorflow"), ("keras-jax", "pytorch", "keras-tensorflow"))
+#: ... and the rows run after them, alone: CNTK's profile times each block of the model on its own and the whole
+#: step, and calls the difference 'other' (no profiler of its own); another process's load would show up there
+SMOKE_ALONE = ("cntk",)
+
+
+def smoke_run_in_two(tmp_path_factory, name, targets, *options):
+    """:func:`smoke_run`, as two run_all.py processes side by side into one results directory (half the rows
+    each: a notebook's kernel start, imports and single-threaded steps overlap the other's work), then results.md
+    written again from every record, as run_all.py writes it.  Smoke checks correctness; no test compares its
+    speeds across rows."""
+    from runner import report
+    halves = [[t for t in targets if t in h] for h in SMOKE_HALVES]
+    halves[1] += [t for t in targets if not any(t in h for h in SMOKE_HALVES + (SMOKE_ALONE,))]
+    halves = [h for h in halves if h]
+    alone = [t for t in targets if t in SMOKE_ALONE]
+    if len(halves) < 2:
+        return smoke_run(tmp_path_factory, name, targets, *options)
+    results_dir = str(tmp_path_factory.mktemp(name))
+    commands = [[sys.executable, os.path.join(ROOT, "run_all.py"), "--results-dir", results_dir, "--no-progress",
+                 "--preset", "smoke", "--device", "cpu", "--frameworks", ",".join(h)] + list(options)
+                + ["--timeout", "3600"] for h in halves + ([alone] if alone else [])]
+    procs = [subprocess.Popen(c, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              universal_newlines=True) for c in commands[:2]]
+    outputs = [p.communicate()[0] for p in procs]
+    codes = [p.returncode for p in procs]
+    if alone:                                        # then the rows that run alone
+        proc = subprocess.run(commands[2], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              universal_newlines=True)
+        outputs.append(proc.stdout)
+        codes.append(proc.returncode)
+    out = RunAll([], results_dir, _run=False)
+    out.returncode = max(codes)
+    out.output = "\n".join(outputs)
+    print(out.output)  # shown by pytest when a test fails
+    report.write(results_dir, os.path.join(results_dir, "results.md"),
+                 "python run_all.py " + " ".join(commands[0][2:]), None)
+    return out
+
+
 @pytest.fixture(scope="session")
 def smoke(tmp_path_factory):
     """Every selected row of record (and, with ``--full``, every variant), fp32, smoke preset, on the CPU: one
@@ -262,7 +303,7 @@ def smoke(tmp_path_factory):
     The variants' tests are marked ``full``, so the default tier runs the rows of record only."""
     from runner.targets import TARGETS
     names = [n for n in selected_targets() if full_tier() or n in TARGETS]
-    return smoke_run(tmp_path_factory, "smoke", names, "--profile")
+    return smoke_run_in_two(tmp_path_factory, "smoke", names, "--profile")
 
 
 @pytest.fixture(scope="session")

@@ -7,6 +7,8 @@ Run with the framework notebooks (after the merge of their section 11):
     DS2_TEST_FRAMEWORKS=pytorch,tensorflow python -m pytest -q tests/test_export_records.py
 """
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -18,7 +20,7 @@ from common.weights import canonical_state, load_state
 from runner.migrate import BN_CONVENTIONS, repo_path
 from runner.report import control_deviation, tensor_groups
 from runner.targets import TARGETS, VARIANTS
-from tests.conftest import K_STEPS, TRAJECTORY_RTOL, full_targets, run_all, selected_targets
+from tests.conftest import ROOT, K_STEPS, TRAJECTORY_RTOL, RunAll, full_targets, run_all, selected_targets
 
 SMOKE = get_preset("smoke")
 CFG = SMOKE.config
@@ -176,9 +178,28 @@ HUB = "pytorch"
 
 
 def _migrate(smoke, names, destinations, output):
-    return run_all(["--migrate", "--preset", "smoke", "--device", "cpu", "--frameworks", ",".join(names),
-                    "--migrate-to", ",".join(destinations), "--timeout", "1200", "--output", output],
-                   smoke.results_dir)
+    return run_all(_migrate_args(names, destinations, output), smoke.results_dir)
+
+
+def _migrate_args(names, destinations, output):
+    return ["--migrate", "--preset", "smoke", "--device", "cpu", "--frameworks", ",".join(names), "--migrate-to",
+            ",".join(destinations), "--timeout", "1200", "--output", output]
+
+
+def _migrate_side_by_side(smoke, runs):
+    """Several ``run_all.py --migrate`` (names, destinations, output) at once over the smoke results: each writes its
+    own pairs' records; RunAll outcomes in the order given."""
+    procs = [subprocess.Popen([sys.executable, os.path.join(ROOT, "run_all.py"), "--results-dir", smoke.results_dir,
+                               "--no-progress"] + _migrate_args(*r), cwd=ROOT, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, universal_newlines=True) for r in runs]
+    outcomes = []
+    for p in procs:
+        output = p.communicate()[0]
+        print(output)  # shown by pytest when a test fails
+        out = RunAll([], smoke.results_dir, _run=False)
+        out.returncode, out.output = p.returncode, output
+        outcomes.append(out)
+    return outcomes
 
 
 @pytest.fixture(scope="module")
@@ -195,7 +216,9 @@ def migration(smoke):
         runs = [_migrate(smoke, names, names, output)]
     else:
         pairs = set([(s, HUB) for s in names] + [(HUB, d) for d in names])
-        runs = [_migrate(smoke, names, [HUB], output), _migrate(smoke, [HUB], [d for d in names if d != HUB], output)]
+        # the two halves of the hub's pairs side by side (each its own page; the second's is checked below)
+        runs = _migrate_side_by_side(smoke, [(names, [HUB], output + ".into-hub.md"),
+                                             ([HUB], [d for d in names if d != HUB], output)])
     from runner.migrate import read_migration_records
     recs = {(r["source"], r["destination"]): r for r in read_migration_records(smoke.results_dir)}
     return names, pairs, runs, recs

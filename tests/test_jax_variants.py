@@ -51,6 +51,7 @@ def first_losses(rec):
     return np.array((rec["losses"]["warmup"] + rec["losses"]["train"])[:K_STEPS])
 
 
+@pytest.mark.full     # as every variant's run: the default tier checks the hoisted layer cell by cell (below)
 def test_hoist_trains_like_the_row_of_record(hoist_run, smoke):
     rec, row = ok(hoist_run, TARGET), ok(smoke, "jax")
     assert rec["row_of_record"] == "jax" and "hoisted" in rec["variant"], rec["variant"]
