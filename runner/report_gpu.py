@@ -11,7 +11,7 @@ from typing import List, Optional, Tuple
 from common.spec import DEEPMARK_SCALE, PRESETS
 
 from .preflight import BUILDS, arch_verdict
-from .report_records import stopped_early
+from .report_records import is_gpu, stopped_early
 from .targets import ALL_TARGETS
 
 #: the cards the audit is read for: (compute capability, the cards of that architecture)
@@ -22,10 +22,6 @@ ROUTES = OrderedDict([("pinned", "the pinned environments (`python run_all.py`, 
                       ("installed", "the frameworks as installed (`--use-installed`)"),
                       ("wheelhouse", "an offline wheelhouse (`--wheelhouse DIR`)")])
 TITLE = "## Before you rent a GPU"
-
-
-def is_gpu(rec: dict) -> bool:
-    return (rec.get("device") or {}).get("type") == "cuda"
 
 
 def route(rec: dict) -> str:

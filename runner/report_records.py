@@ -50,6 +50,11 @@ STOPPED = re.compile(r"^(interrupted|terminated|stopped) \(SIG[A-Z0-9]+\)|^a cel
                      r"|^timed out after ")
 
 
+def is_gpu(rec: dict) -> bool:
+    """The record ran on a CUDA GPU."""
+    return (rec.get("device") or {}).get("type") == "cuda"
+
+
 def stopped_early(rec: dict) -> bool:
     """The run did not finish because a signal or a time limit stopped it."""
     return rec.get("status") == "failed" and bool(STOPPED.search(str(rec.get("error") or "")))

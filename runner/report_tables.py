@@ -14,7 +14,7 @@ from .bootstrap import ROOT
 from .report_latency import latency_share
 from .report_records import (preset_label, _bench_groups, _bench_key, _bench_title, _flops, _fmt, _label, _number, _ok,
                              _roofline, _speed, dp_label, flop_unit, is_variant, md_table, row_name, row_of_record,
-                             short_device, stopped_early)
+                             short_device, is_gpu, stopped_early)
 
 
 # ---- the summary: one group per device and preset --------------------------------------------------------
@@ -116,7 +116,7 @@ def summary_section(records: List[dict]) -> List[str]:
     least two frameworks finished there -- under column headers that name the device, the preset and the batch
     size; then what the device names and presets stand for; and, when no record ran on a GPU, that sentence."""
     groups = summary_groups(records)
-    no_gpu = not any((r.get("device") or {}).get("type") == "cuda" for r in records)
+    no_gpu = not any(is_gpu(r) for r in records)
     gpu_line = ("No record here ran on a GPU: `python run_all.py` on a machine with an NVIDIA GPU makes them."
                 if no_gpu else "")
     if not groups:

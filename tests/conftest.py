@@ -155,14 +155,33 @@ class RunAll:
         self.results_dir = str(results_dir)
         self.returncode, self.output = 0, ""
         if _run:
-            cmd = [sys.executable, os.path.join(ROOT, "run_all.py"), "--results-dir", self.results_dir,
-                   "--no-progress"] + list(args)
-            proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  universal_newlines=True)
+            proc = subprocess.run(self.command(args, self.results_dir), cwd=ROOT, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, universal_newlines=True)
             self.returncode = proc.returncode
             self.output = proc.stdout
             print(self.output)  # shown by pytest when a test fails
         self._load()
+
+    @staticmethod
+    def command(args, results_dir):
+        """The run_all.py command line of ``args`` into ``results_dir``."""
+        return [sys.executable, os.path.join(ROOT, "run_all.py"), "--results-dir", str(results_dir),
+                "--no-progress"] + list(args)
+
+    @classmethod
+    def side_by_side(cls, arg_lists, results_dir):
+        """Several run_all.py at once into ``results_dir``, one per ``args`` of ``arg_lists``: their outcomes, in
+        the order given (each loaded when it ends)."""
+        procs = [subprocess.Popen(cls.command(args, results_dir), cwd=ROOT, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, universal_newlines=True) for args in arg_lists]
+        outcomes = []
+        for proc in procs:
+            output = proc.communicate()[0]
+            out = cls([], results_dir, _run=False)
+            out.output, out.returncode = output, proc.returncode
+            print(out.output)  # shown by pytest when a test fails
+            outcomes.append(out)
+        return outcomes
 
     @classmethod
     def reuse(cls, run, target, results_dir, precision="fp32"):
@@ -199,6 +218,16 @@ class RunAll:
     def markdown(self):
         with open(os.path.join(self.results_dir, "results.md")) as f:
             return f.read()
+
+
+def ok_record(run, target, precision="fp32"):
+    """``run``'s record of ``target``: the test is skipped with the runner's reason when the row was skipped, and
+    fails with its error when it failed."""
+    rec = run.record(target, precision)
+    if rec["status"] == "skipped":
+        pytest.skip("%s: %s" % (target, rec["error"]))
+    assert rec["status"] == "ok", "%s failed: %s" % (target, rec["error"])
+    return rec
 
 
 def no_cntk_python_anywhere(home):
@@ -274,24 +303,16 @@ def smoke_run_in_two(tmp_path_factory, name, targets, *options):
     if len(halves) < 2:
         return smoke_run(tmp_path_factory, name, targets, *options)
     results_dir = str(tmp_path_factory.mktemp(name))
-    commands = [[sys.executable, os.path.join(ROOT, "run_all.py"), "--results-dir", results_dir, "--no-progress",
-                 "--preset", "smoke", "--device", "cpu", "--frameworks", ",".join(h)] + list(options)
+    commands = [["--preset", "smoke", "--device", "cpu", "--frameworks", ",".join(h)] + list(options)
                 + ["--timeout", "3600"] for h in halves + ([alone] if alone else [])]
-    procs = [subprocess.Popen(c, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              universal_newlines=True) for c in commands[:2]]
-    outputs = [p.communicate()[0] for p in procs]
-    codes = [p.returncode for p in procs]
+    runs = RunAll.side_by_side(commands[:2], results_dir)
     if alone:                                        # then the rows that run alone
-        proc = subprocess.run(commands[2], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              universal_newlines=True)
-        outputs.append(proc.stdout)
-        codes.append(proc.returncode)
+        runs.append(RunAll(commands[2], results_dir))
     out = RunAll([], results_dir, _run=False)
-    out.returncode = max(codes)
-    out.output = "\n".join(outputs)
-    print(out.output)  # shown by pytest when a test fails
+    out.returncode = max(r.returncode for r in runs)
+    out.output = "\n".join(r.output for r in runs)
     report.write(results_dir, os.path.join(results_dir, "results.md"),
-                 "python run_all.py " + " ".join(commands[0][2:]), None)
+                 "python run_all.py " + " ".join(RunAll.command(commands[0], results_dir)[2:]), None)
     return out
 
 

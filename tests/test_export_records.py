@@ -1,14 +1,10 @@
 """Exports and migration on the session's smoke records (tests/conftest.py ``smoke``: every selected framework notebook run
 by run_all.py on the CPU): every export is complete and loads, every framework's trained model agrees with
 PyTorch's after the same smoke epoch once the conventions are accounted for, every export migrates into
-every framework (``run_all.py --migrate``), and every fp32 trajectory stays close to the float64 control.
-
-Run with the framework notebooks (after the merge of their section 11):
+every framework (``run_all.py --migrate``), and every fp32 trajectory stays close to the float64 control.Run with the framework notebooks (after the merge of their section 11):
     DS2_TEST_FRAMEWORKS=pytorch,tensorflow python -m pytest -q tests/test_export_records.py
 """
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -20,7 +16,7 @@ from common.weights import canonical_state, load_state
 from runner.migrate import BN_CONVENTIONS, repo_path
 from runner.report import control_deviation, tensor_groups
 from runner.targets import TARGETS, VARIANTS
-from tests.conftest import ROOT, K_STEPS, TRAJECTORY_RTOL, RunAll, full_targets, run_all, selected_targets
+from tests.conftest import K_STEPS, TRAJECTORY_RTOL, RunAll, full_targets, ok_record, run_all, selected_targets
 
 SMOKE = get_preset("smoke")
 CFG = SMOKE.config
@@ -48,14 +44,6 @@ BIAS_SCALE = (0.9, 1.1)
 #: the running variances of a biased-variance framework: ratio to PyTorch's in [(n_min-1)/n_min, 1], widened
 #: by this for the same chaos (measured TF/PyTorch ratios 0.9906-1.0032 for the sequence BatchNorms, n_min 75)
 RUNNING_RTOL = 1e-2
-
-
-def ok_record(run, target, precision="fp32"):
-    rec = run.record(target, precision)
-    if rec["status"] == "skipped":
-        pytest.skip("%s: %s" % (target, rec["error"]))
-    assert rec["status"] == "ok", "%s failed: %s" % (target, rec["error"])
-    return rec
 
 
 def export_file(rec, key="path"):
@@ -186,22 +174,6 @@ def _migrate_args(names, destinations, output):
             ",".join(destinations), "--timeout", "1200", "--output", output]
 
 
-def _migrate_side_by_side(smoke, runs):
-    """Several ``run_all.py --migrate`` (names, destinations, output) at once over the smoke results: each writes its
-    own pairs' records; RunAll outcomes in the order given."""
-    procs = [subprocess.Popen([sys.executable, os.path.join(ROOT, "run_all.py"), "--results-dir", smoke.results_dir,
-                               "--no-progress"] + _migrate_args(*r), cwd=ROOT, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, universal_newlines=True) for r in runs]
-    outcomes = []
-    for p in procs:
-        output = p.communicate()[0]
-        print(output)  # shown by pytest when a test fails
-        out = RunAll([], smoke.results_dir, _run=False)
-        out.returncode, out.output = p.returncode, output
-        outcomes.append(out)
-    return outcomes
-
-
 @pytest.fixture(scope="module")
 def migration(smoke):
     """``run_all.py --migrate`` over the smoke results (CNTK only where its interpreter is: a skipped smoke row
@@ -217,8 +189,8 @@ def migration(smoke):
     else:
         pairs = set([(s, HUB) for s in names] + [(HUB, d) for d in names])
         # the two halves of the hub's pairs side by side (each its own page; the second's is checked below)
-        runs = _migrate_side_by_side(smoke, [(names, [HUB], output + ".into-hub.md"),
-                                             ([HUB], [d for d in names if d != HUB], output)])
+        runs = RunAll.side_by_side([_migrate_args(names, [HUB], output + ".into-hub.md"),
+                                    _migrate_args([HUB], [d for d in names if d != HUB], output)], smoke.results_dir)
     from runner.migrate import read_migration_records
     recs = {(r["source"], r["destination"]): r for r in read_migration_records(smoke.results_dir)}
     return names, pairs, runs, recs

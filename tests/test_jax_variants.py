@@ -20,8 +20,8 @@ import subprocess
 import numpy as np
 import pytest
 
-from tests.conftest import (FIRST_LOSS_RTOL, K_STEPS, ROOT, env_interpreter, full_tier, selected_targets, smoke_run,
-                            variant_rtol)
+from tests.conftest import (FIRST_LOSS_RTOL, K_STEPS, ROOT, env_interpreter, full_tier, ok_record as ok,
+                            selected_targets, smoke_run, variant_rtol)
 
 pytestmark = pytest.mark.skipif("jax" not in selected_targets(), reason="jax is not among DS2_TEST_FRAMEWORKS")
 
@@ -37,14 +37,6 @@ def hoist_run(request, tmp_path_factory):
     if full_tier():
         return request.getfixturevalue("smoke")
     return smoke_run(tmp_path_factory, "smoke_jax_hoist", [TARGET], "--skip", "forward,export,onnx")
-
-
-def ok(run, target):
-    rec = run.record(target)
-    if rec["status"] == "skipped":
-        pytest.skip("%s: %s" % (target, rec["error"]))
-    assert rec["status"] == "ok", "%s failed: %s" % (target, rec["error"])
-    return rec
 
 
 def first_losses(rec):

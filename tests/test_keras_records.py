@@ -8,7 +8,7 @@ import pytest
 
 from common.data import DeepMarkIterator
 from common.spec import get_preset
-from tests.conftest import full_targets, selected_targets
+from tests.conftest import full_targets, ok_record as ok, selected_targets
 
 SMOKE = get_preset("smoke")
 NAMES = selected_targets()
@@ -23,14 +23,6 @@ FP32_MATMUL = {
               "torch.get_float32_matmul_precision()": "highest"},
     "tensorflow": {"tf.config.experimental.tensor_float_32_execution_enabled()": False},
 }
-
-
-def ok(smoke, target):
-    rec = smoke.record(target)
-    if rec["status"] == "skipped":
-        pytest.skip("%s: %s" % (target, rec["error"]))
-    assert rec["status"] == "ok", "%s failed: %s" % (target, rec["error"])
-    return rec
 
 
 def smoke_iterator():

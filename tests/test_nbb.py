@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from common.spec import get_preset
-from tests.conftest import K_STEPS, full_targets, selected_targets, variant_rtol
+from tests.conftest import K_STEPS, full_targets, ok_record as ok, selected_targets, variant_rtol
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMOKE = get_preset("smoke")
@@ -41,14 +41,6 @@ def test_parameters_name_the_row_of_record_by_default(name):
     assert "jit_compile" not in p          # Keras: `variant` is the one switch
     if name.startswith("JAX"):
         assert p["unroll"] is None
-
-
-def ok(smoke, target):
-    rec = smoke.record(target)
-    if rec["status"] == "skipped":
-        pytest.skip("%s: %s" % (target, rec["error"]))
-    assert rec["status"] == "ok", "%s failed: %s" % (target, rec["error"])
-    return rec
 
 
 @pytest.mark.parametrize("target", full_targets([t for t in NAMES if t in ("jax", "keras-jax", "keras-torch",

@@ -14,7 +14,7 @@ from common.weights import canonical_weights
 from common.flops import pass_flops
 from common.spec import LOSS_RTOL
 from runner.targets import TARGETS, VARIANTS
-from tests.conftest import (FIRST_LOSS_RTOL, K_STEPS, TRAJECTORY_RTOL, bf16_cpu_targets, full_targets,
+from tests.conftest import (FIRST_LOSS_RTOL, K_STEPS, TRAJECTORY_RTOL, bf16_cpu_targets, full_targets, ok_record,
                             selected_targets, variant_rtol)
 
 SMOKE = get_preset("smoke")
@@ -22,14 +22,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 NAMES = [t for t in selected_targets() if t in TARGETS]              # rows of record
 VARIANT_NAMES = [t for t in selected_targets() if t in VARIANTS]
-
-
-def ok_record(smoke, target, precision="fp32"):
-    rec = smoke.record(target, precision)
-    if rec["status"] == "skipped":
-        pytest.skip("%s: %s" % (target, rec["error"]))
-    assert rec["status"] == "ok", "%s failed: %s" % (target, rec["error"])
-    return rec
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from common.spec import get_preset
 from runner import report
 from runner.migrate import repo_path
 from runner.targets import TARGETS
-from tests.conftest import full_targets, ROOT, selected_targets
+from tests.conftest import full_targets, ok_record, ROOT, selected_targets
 
 import onnx          # noqa: E402  pinned in the runner environment (envs/runner.txt), as onnxruntime
 import onnxruntime   # noqa: E402,F401
@@ -156,14 +156,6 @@ def assert_onnx_verdict(target, o):
     for key in ("vs_framework", "vs_reference"):
         assert 0 <= o[key]["max_rel"] <= onnx_check.ONNX_RTOL, (target, key, o[key])
     return True
-
-
-def ok_record(run, target):
-    rec = run.record(target)
-    if rec["status"] == "skipped":
-        pytest.skip("%s: %s" % (target, rec["error"]))
-    assert rec["status"] == "ok", "%s failed: %s" % (target, rec["error"])
-    return rec
 
 
 @pytest.mark.parametrize("target", full_targets(NAMES))
