@@ -11,7 +11,7 @@ kernel per framework (.venvs/<framework>-<cpu|cuda>) from the pins in envs/; lat
 """
 import sys
 
-from runner.bootstrap import reexec_in_runner
+from runner.envs.bootstrap import reexec_in_runner
 
 if __name__ == "__main__":
     reexec_in_runner(sys.argv)

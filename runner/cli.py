@@ -8,12 +8,20 @@ from typing import List, Optional
 from common import envinfo
 from common.spec import CONTROL_PRECISION, PRECISIONS, PRESETS, SKIPPABLE, get_preset
 
-from . import cntk_python, envs, execute, interrupt, preflight, report
-from . import installed as installed_mod
-from . import validate, wheelhouse
-from .bootstrap import ROOT, EnvError
-from .targets import ALL_TARGETS, ENVS, TARGETS, VARIANTS, names, variants_of
-from .validate import OneLineParser, non_empty, positive_int, positive_int_list, seconds  # noqa: F401
+from runner.envs import cntk_python
+from runner.envs import framework_envs
+from runner.run import execute
+from runner import interrupt
+from runner.envs import gpu_preflight
+from runner.report import render
+from runner.envs import use_installed as installed_mod
+from runner import validate
+from runner import cli_checks
+from runner.envs import wheelhouse
+from runner.base import ROOT, EnvError
+from runner.run.targets import ALL_TARGETS, TARGETS, VARIANTS, names, variants_of
+from runner.envs.definitions import ENVS
+from runner.validate import OneLineParser, non_empty, positive_int, positive_int_list, seconds
 
 
 def comma_list(choices, what):
@@ -38,7 +46,7 @@ def env_python(text: str):
 def gpu_build(text: str):
     """ENV=BUILD for --gpu-build (runner/preflight.py BUILDS)."""
     try:
-        return preflight.parse_overrides(text)
+        return gpu_preflight.parse_overrides(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e))
 
@@ -77,10 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=positive_int, default=1,
                    help="data-parallel processes per target (default 1; without --hosts at most %d per usable core "
                         "of this machine); --batch-size is then per worker and --timeout bounds the whole run "
-                        "(runner/distributed.py)" % validate.WORKERS_PER_CORE)
+                        "(runner/distributed.py)" % cli_checks.WORKERS_PER_CORE)
     p.add_argument("--oversubscribe", action="store_true",
                    help="with --workers W: start W processes on this machine even when W exceeds %d per usable "
-                        "core" % validate.WORKERS_PER_CORE)
+                        "core" % cli_checks.WORKERS_PER_CORE)
     p.add_argument("--mxnet-dp", choices=["sync", "local", "dist_sync"], default="sync",
                    help="MXNet with --workers W: sync (default: one process, W devices, SyncBatchNorm), local (the same, "
                         "each device its own BatchNorm statistics), dist_sync (W processes + a ps-lite scheduler and "
@@ -131,7 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu-build", type=gpu_build, action="append", default=[], metavar="ENV=BUILD",
                    help="force a CUDA build, e.g. pytorch=cu126 (env DS2_GPU_BUILD=pytorch=cu126,jax=cuda12); "
                         "builds: %s" % "; ".join("%s: %s" % (e, ", ".join(b.name for b in bs))
-                                                 for e, bs in preflight.BUILDS.items()))
+                                                 for e, bs in gpu_preflight.BUILDS.items()))
     p.add_argument("--migrate", action="store_true",
                    help="load every selected framework's exported weights (results/weights/, from their last runs with "
                         "this preset, precision and batch size) into every selected framework: only the notebooks' "
@@ -220,16 +228,16 @@ def offline_preflight(args, env_names, targets, device, gpus, gpu_builds, python
     beside the pins).  Returns {env: the installed interpreter's probe}; raises EnvError with one line."""
     if args.wheelhouse:
         for env_name in [e for e in env_names if e not in installed]:
-            decision = preflight.decide(env_name, gpus[0], gpu_builds.get(env_name)) if device == "cuda" else None
+            decision = gpu_preflight.decide(env_name, gpus[0], gpu_builds.get(env_name)) if device == "cuda" else None
             if decision is not None and not decision.runs:
                 continue
             build = decision.build if decision else None
             env = ENVS[env_name]
-            if envs.status(env, device, pythons.get(env_name), build) == "ready" or \
+            if framework_envs.status(env, device, pythons.get(env_name), build) == "ready" or \
                     (env.needs_python and env_name not in pythons):
                 continue
             wheelhouse.check(args.wheelhouse, env.requirements(device, build),
-                             envs.python_version(pythons.get(env_name) or envs.default_python()),
+                             framework_envs.python_version(pythons.get(env_name) or framework_envs.default_python()),
                              "environment %s" % env_name, pip_spec=env.pip)
     facts = {}
     for env_name in [e for e in env_names if e in installed]:
@@ -268,7 +276,7 @@ def main(argv=None) -> int:
         interrupt.stderr_line("run_all.py: %s" % e.reason)
         return e.exit_status
     finally:
-        envs.stop_ahead()                # environments still being made in the background: ended, none outlives
+        framework_envs.stop_ahead()                # environments still being made in the background: ended, none outlives
         interrupt.restore(previous)
 
 
@@ -279,13 +287,13 @@ def _main(argv=None) -> int:
     env_names = list(ENVS) if args.list else sorted(set(t.env for t in targets + destinations), key=list(ENVS).index)
     # every option, variable, path and interpreter is checked before anything is built (runner/validate.py)
     results_dir, output = output_paths(args)
-    errors = validate.run_all_errors(args, targets)
+    errors = cli_checks.run_all_errors(args, targets)
     pythons, notes, python_errors, discovered = resolve_pythons(args, env_names)
     errors += python_errors
     installed, installed_errors = resolve_installed(args)
     errors += installed_errors
     try:
-        gpu_builds = preflight.env_overrides()
+        gpu_builds = gpu_preflight.env_overrides()
     except ValueError as e:
         errors.append("DS2_GPU_BUILD: %s" % e)
     else:
@@ -301,20 +309,20 @@ def _main(argv=None) -> int:
         return error("--device cuda, but nvidia-smi sees no GPU")
 
     if args.check:
-        print("\n".join(preflight.report(TARGETS.values(), gpus if device == "cuda" else [], gpu_builds, details=True)))
+        print("\n".join(gpu_preflight.report(TARGETS.values(), gpus if device == "cuda" else [], gpu_builds, details=True)))
         return 0
     if args.list:
         print("device: %s%s" % (device, " (%s)" % gpus[0]["name"] if gpus and device == "cuda" else ""))
-        decisions = preflight.plan(ALL_TARGETS.values(), gpus[0], gpu_builds) if device == "cuda" else {}
+        decisions = gpu_preflight.plan(ALL_TARGETS.values(), gpus[0], gpu_builds) if device == "cuda" else {}
         for t in ALL_TARGETS.values():
             env = ENVS[t.env]
             build = decisions[t.name].build if t.name in decisions else None
-            state = envs.status(env, device, pythons.get(env.name), build)
+            state = framework_envs.status(env, device, pythons.get(env.name), build)
             present = "" if os.path.exists(t.notebook_path) else "  [notebook missing]"
             print("%-18s %-40s env %-10s %-8s %s%s" % (t.name, t.label, env.name, state, env.python_hint, present))
         for line in notes:
             print(line)
-        print("\n".join(preflight.report(TARGETS.values(), gpus if device == "cuda" else [], gpu_builds)))
+        print("\n".join(gpu_preflight.report(TARGETS.values(), gpus if device == "cuda" else [], gpu_builds)))
         return 0
 
     preset_name_given = args.preset is not None
@@ -324,7 +332,7 @@ def _main(argv=None) -> int:
                for bs in (args.batch_size or [None])]
     preset = presets[0]
     # the data must fit this machine's memory (each local worker process builds the global batch's iterator)
-    problem = validate.memory_error(presets, args.workers, 1 if args.host_list else args.workers,
+    problem = cli_checks.memory_error(presets, args.workers, 1 if args.host_list else args.workers,
                                     args.batch_size is not None)
     if problem:
         return error(problem)
@@ -345,7 +353,7 @@ def _main(argv=None) -> int:
 
     runs = [(t, prec, p) for t in targets for prec in args.precision for p in presets]
     if not args.migrate and not args.setup_only:      # every row skipped for a reason known now: nothing starts
-        reason = validate.nothing_runs(runs, lambda t, prec, p: execute.can_run(t, run_options(prec, p))[1:])
+        reason = cli_checks.nothing_runs(runs, lambda t, prec, p: execute.can_run(t, run_options(prec, p))[1:])
         if reason:
             return error(reason, status=1)
     for line in notes:
@@ -355,7 +363,7 @@ def _main(argv=None) -> int:
                                                  else "no CUDA GPU visible; use a GPU machine for the real benchmark, "
                                                       "or for the full model on this CPU: --preset cpu"))
     if device == "cuda":
-        print("\n".join(preflight.report([t for t in targets if t.env not in installed], gpus, gpu_builds)))
+        print("\n".join(gpu_preflight.report([t for t in targets if t.env not in installed], gpus, gpu_builds)))
     try:
         installed_facts = offline_preflight(args, env_names, targets + destinations, device, gpus, gpu_builds, pythons,
                                             installed)
@@ -364,10 +372,10 @@ def _main(argv=None) -> int:
 
     if args.setup_only:
         failed = 0
-        envs.start_ahead([(ENVS[e], device, pythons.get(e), b, args.wheelhouse) for e, b in
+        framework_envs.start_ahead([(ENVS[e], device, pythons.get(e), b, args.wheelhouse) for e, b in
                           _builds_to_make(env_names, device, gpus, gpu_builds, installed)], verbose=not args.no_progress)
         for env_name in env_names:
-            decision = preflight.decide(env_name, gpus[0], gpu_builds.get(env_name)) if device == "cuda" else None
+            decision = gpu_preflight.decide(env_name, gpus[0], gpu_builds.get(env_name)) if device == "cuda" else None
             if decision is not None and not decision.runs:
                 print("%s: skipped: %s" % (env_name, decision.reason))
                 continue
@@ -376,7 +384,7 @@ def _main(argv=None) -> int:
                     kernel = installed_mod.kernel(ENVS[env_name], device, installed[env_name],
                                                   installed_facts[env_name])
                 else:
-                    kernel = envs.ensure(ENVS[env_name], device, pythons.get(env_name),
+                    kernel = framework_envs.ensure(ENVS[env_name], device, pythons.get(env_name),
                                          build=decision.build if decision else None, wheelhouse=args.wheelhouse)
                 print("%s: ready (kernel %s)" % (env_name, kernel))
             except EnvError as e:
@@ -394,14 +402,14 @@ def _main(argv=None) -> int:
     records, printed = [], 0
     stopped = None
     if not args.print_host_commands:   # the later rows' environments are made while the first rows run
-        envs.start_ahead(_row_environments(runs, run_options), verbose=not args.no_progress)
+        framework_envs.start_ahead(_row_environments(runs, run_options), verbose=not args.no_progress)
     for i, (target, precision, run_preset) in enumerate(runs, 1):
         print("[%d/%d] %s, %s, batch %d" % (i, len(runs), target.name, precision, run_preset.batch_size), flush=True)
         opts = run_options(precision, run_preset, command, installed_facts)
         try:
             if args.workers > 1:
-                from . import distributed
-                rec = distributed.run_target(target, opts, args.workers, mxnet_dp=args.mxnet_dp, hosts=args.host_list,
+                from runner.dp import launch
+                rec = launch.run_target(target, opts, args.workers, mxnet_dp=args.mxnet_dp, hosts=args.host_list,
                                              ssh_options=args.ssh_options, join_timeout=args.join_timeout,
                                              print_host_commands=args.print_host_commands)
                 if rec is None:                 # --print-host-commands: printed, nothing ran
@@ -418,9 +426,9 @@ def _main(argv=None) -> int:
         return (1 if "failed" in statuses else 0) if printed else _exit_status(records)
     if stopped is None:
         with interrupt.deferred():      # results.md is written whole; a signal now stops the run after it
-            report.write(results_dir, output, command, execute.git_commit(), warn=warning_line)
+            render.write(results_dir, output, command, execute.git_commit(), warn=warning_line)
     else:                               # a second signal now exits at once (runner.interrupt)
-        report.write(results_dir, output, command, execute.git_commit(), warn=warning_line)
+        render.write(results_dir, output, command, execute.git_commit(), warn=warning_line)
         e, where = stopped
         interrupt.stderr_line("run_all.py: %s during %s: recorded as failed; %s regenerated from the records in %s"
                               % (e.reason, where, shown(output), shown(results_dir)))
@@ -434,7 +442,7 @@ def _builds_to_make(env_names, device, gpus, gpu_builds, installed):
     """(environment name, CUDA build or None) of each environment ``--setup-only`` makes, in order."""
     out = []
     for env_name in env_names:
-        decision = preflight.decide(env_name, gpus[0], gpu_builds.get(env_name)) if device == "cuda" else None
+        decision = gpu_preflight.decide(env_name, gpus[0], gpu_builds.get(env_name)) if device == "cuda" else None
         if env_name not in installed and (decision is None or decision.runs):
             out.append((env_name, decision.build if decision else None))
     return out
@@ -463,7 +471,7 @@ def warning_line(message: str) -> None:
 def _exit_status(records: List[dict]) -> int:
     """0 when a selected row ran and none failed; 1 when one failed or none ran (every one skipped or failed),
     with a line saying so."""
-    reason = validate.none_ran(records)
+    reason = cli_checks.none_ran(records)
     if reason:
         interrupt.stderr_line("run_all.py: %s" % reason)
         return 1
@@ -487,7 +495,7 @@ def _prepare_wheelhouse(args, env_names, gpu_builds) -> int:
         if env.python_problem(version + ".0"):          # CNTK's 3.6, MXNet's <= 3.11: the version it needs
             version = env.python_versions[1] if env.python_versions[1] else env.python_versions[0]
             print("  (%s needs Python %s: its wheels are for %s)" % (env_name, env.python_range(), version))
-        build = preflight.get_build(env_name, gpu_builds[env_name]) if device == "cuda" and env_name in gpu_builds \
+        build = gpu_preflight.get_build(env_name, gpu_builds[env_name]) if device == "cuda" and env_name in gpu_builds \
             else None                               # a forced build (--gpu-build), else the default CUDA pins
         jobs.append((env.requirements(device, build), version, env.pip))
     try:
@@ -506,7 +514,7 @@ def _migrate(args, targets, destinations, presets, device, results_dir, output, 
              gpu_builds, installed, installed_facts) -> int:
     """``--migrate``: the matrix of every selected source's export loaded into every destination (``--migrate-to``,
     else the sources), per precision and batch size (runner/migrate.py); then results.md."""
-    from . import migrate
+    from runner import migrate
     print("Migrating %d framework(s) into %s on %s, preset %s (batch size %s), from the exports in %s"
           % (len(targets), "each other" if destinations == targets else ", ".join(t.name for t in destinations),
              device, presets[0].name, ",".join(str(p.batch_size) for p in presets),
@@ -529,9 +537,9 @@ def _migrate(args, targets, destinations, presets, device, results_dir, output, 
             break
     if stopped is None:
         with interrupt.deferred():      # results.md is written whole
-            report.write(results_dir, output, command, execute.git_commit(), warn=warning_line)
+            render.write(results_dir, output, command, execute.git_commit(), warn=warning_line)
     else:                               # a second signal now exits at once (runner.interrupt)
-        report.write(results_dir, output, command, execute.git_commit(), warn=warning_line)
+        render.write(results_dir, output, command, execute.git_commit(), warn=warning_line)
         e, where = stopped
         interrupt.stderr_line("run_all.py: %s during %s: recorded as failed; %s regenerated" % (e.reason, where,
                                                                                                  shown(output)))

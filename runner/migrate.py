@@ -32,9 +32,11 @@ from common import envinfo, exports, reference, results
 from common.data import DeepMarkIterator
 from common.weights import load_weights
 
-from . import execute, interrupt
-from .bootstrap import ROOT, EnvError
-from .targets import ENVS, Target
+from runner.run import execute
+from runner import interrupt
+from runner.base import ROOT, EnvError
+from runner.envs.definitions import ENVS
+from runner.run.targets import Target
 
 MIGRATION_DIR = "migration"
 #: the round trip framework -> canonical -> the same framework must give the same logits (max |difference|)

@@ -97,7 +97,7 @@ def pytest_terminal_summary(terminalreporter):
 
 def full_targets(names):
     """``names`` as pytest parameters, a variant target marked ``full``: its rows run in the full tier only."""
-    from runner.targets import VARIANTS
+    from runner.run.targets import VARIANTS
     return [pytest.param(n, marks=pytest.mark.full) if n in VARIANTS else n for n in names]
 
 
@@ -244,14 +244,15 @@ def env_interpreter(run, target):
     """The interpreter of the CPU environment in which ``run`` (a RunAll, e.g. the session's smoke run) ran
     ``target``, where the runner puts it (runner/envs.py, DS2_ENVS_DIR honoured).  A row the run skipped is
     skipped with the runner's reason; a row that ran must have its environment there."""
-    from runner import envs
-    from runner.bootstrap import env_python
-    from runner.targets import ALL_TARGETS, ENVS
+    from runner.envs import framework_envs
+    from runner.envs.bootstrap import env_python
+    from runner.run.targets import ALL_TARGETS
+    from runner.envs.definitions import ENVS
     rec = run.record(target)
     if rec["status"] == "skipped":
         pytest.skip("%s: %s" % (target, rec["error"]))
     env = ENVS[ALL_TARGETS[target].env]
-    python = env_python(envs.env_path(env, "cpu", rec["run"].get("interpreter")))
+    python = env_python(framework_envs.env_path(env, "cpu", rec["run"].get("interpreter")))
     assert os.path.exists(python), "%s ran (%s) but its environment's interpreter %s is missing" % (
         target, rec["status"], python)
     return python
@@ -264,7 +265,7 @@ def run_all(args, results_dir):
 def selected_targets():
     """The targets the notebook tests run: every row of record and every variant, or the comma-separated
     ones in DS2_TEST_FRAMEWORKS (a row of record named there brings its variants along)."""
-    from runner.targets import ALL_TARGETS, TARGETS, variants_of
+    from runner.run.targets import ALL_TARGETS, TARGETS, variants_of
     selected = os.environ.get("DS2_TEST_FRAMEWORKS", "all")
     names = list(TARGETS) if selected == "all" else [t for t in selected.split(",") if t]
     names += [v.name for n in list(names) for v in variants_of(n) if v.name not in names]
@@ -273,7 +274,7 @@ def selected_targets():
 
 def bf16_cpu_targets():
     """The selected rows of record that run bf16 on a CPU (runner/targets.py: cpu_precisions)."""
-    from runner.targets import TARGETS
+    from runner.run.targets import TARGETS
     return [n for n in selected_targets() if n in TARGETS and TARGETS[n].cpu_precision_reason("bf16") is None]
 
 
@@ -295,7 +296,7 @@ def smoke_run_in_two(tmp_path_factory, name, targets, *options):
     each: a notebook's kernel start, imports and single-threaded steps overlap the other's work), then results.md
     written again from every record, as run_all.py writes it.  Smoke checks correctness; no test compares its
     speeds across rows."""
-    from runner import report
+    from runner.report import render
     halves = [[t for t in targets if t in h] for h in SMOKE_HALVES]
     halves[1] += [t for t in targets if not any(t in h for h in SMOKE_HALVES + (SMOKE_ALONE,))]
     halves = [h for h in halves if h]
@@ -311,7 +312,7 @@ def smoke_run_in_two(tmp_path_factory, name, targets, *options):
     out = RunAll([], results_dir, _run=False)
     out.returncode = max(r.returncode for r in runs)
     out.output = "\n".join(r.output for r in runs)
-    report.write(results_dir, os.path.join(results_dir, "results.md"),
+    render.write(results_dir, os.path.join(results_dir, "results.md"),
                  "python run_all.py " + " ".join(RunAll.command(commands[0], results_dir)[2:]), None)
     return out
 
@@ -322,7 +323,7 @@ def smoke(tmp_path_factory):
     run_all.py, with ``--profile`` (every notebook's section 12, which comes after the export: the profiled steps
     change neither the export nor the record's losses that the data-parallel and export tests compare against).
     The variants' tests are marked ``full``, so the default tier runs the rows of record only."""
-    from runner.targets import TARGETS
+    from runner.run.targets import TARGETS
     names = [n for n in selected_targets() if full_tier() or n in TARGETS]
     return smoke_run_in_two(tmp_path_factory, "smoke", names, "--profile")
 
@@ -350,11 +351,11 @@ def tag(monkeypatch):
     """A variable every process the test starts inherits (``DS2_TEST_TAG``): afterwards none may carry it."""
     import signal
     import uuid
-    from runner import distributed
+    from runner.dp import supervisor
     value = uuid.uuid4().hex
     monkeypatch.setenv("DS2_TEST_TAG", value)
     yield value
-    left = distributed.marked_processes(value, name="DS2_TEST_TAG")
+    left = supervisor.marked_processes(value, name="DS2_TEST_TAG")
     for pid in left:
         os.kill(pid, signal.SIGKILL)
     assert not left, "processes outlived the run: %s" % left

@@ -18,7 +18,8 @@ import uuid
 import pytest
 
 from runner import validate
-from runner.supervise import marked_processes
+from runner import cli_checks
+from runner.dp.supervisor import marked_processes
 from tests.conftest import ROOT
 
 PY = sys.executable
@@ -310,24 +311,24 @@ def test_every_issue_case_is_in_the_table():
 def test_the_bounds_come_from_the_machine_and_the_spec():
     """--workers: 2 per usable core (the test suite's 2 workers stay allowed on one core); the memory bound is the
     iterator's own arithmetic (common/data.py), checked against a real iterator's arrays."""
-    assert validate.workers_error(2, False, cores=1) is None
-    assert "at most 2 workers per core (2 here)" in validate.workers_error(3, False, cores=1)
-    assert validate.workers_error(3, True, cores=1) is None and validate.workers_error(99, False, hosts=True) is None
+    assert cli_checks.workers_error(2, False, cores=1) is None
+    assert "at most 2 workers per core (2 here)" in cli_checks.workers_error(3, False, cores=1)
+    assert cli_checks.workers_error(3, True, cores=1) is None and cli_checks.workers_error(99, False, hosts=True) is None
     from common.data import DeepMarkIterator
     it = DeepMarkIterator(4, scale=2, seed=0, n_freq=161)
-    need = validate.iterator_bytes(4, 2, 161, range(1, 16))
-    assert need["pool"] == it._pool.nbytes * validate.POOL_PEAK_BYTES // 4      # float32 kept, float64 drawn
-    assert it._labels.nbytes <= need["plan"] <= it._labels.nbytes + len(it) * validate.BATCH_PLAN_BYTES
+    need = cli_checks.iterator_bytes(4, 2, 161, range(1, 16))
+    assert need["pool"] == it._pool.nbytes * cli_checks.POOL_PEAK_BYTES // 4      # float32 kept, float64 drawn
+    assert it._labels.nbytes <= need["plan"] <= it._labels.nbytes + len(it) * cli_checks.BATCH_PLAN_BYTES
     from common.spec import get_preset
     smoke = get_preset("smoke")
-    assert validate.memory_error([smoke], 1, 1, True, available=10 ** 12) is None
-    line = validate.memory_error([smoke.with_overrides(batch_size=10 ** 6)], 1, 1, True, available=10 ** 9)
+    assert cli_checks.memory_error([smoke], 1, 1, True, available=10 ** 12) is None
+    line = cli_checks.memory_error([smoke.with_overrides(batch_size=10 ** 6)], 1, 1, True, available=10 ** 9)
     assert line.startswith("--batch-size 1000000:") and "batch sizes up to" in line
     fits = int(line.rsplit("batch sizes up to ", 1)[1].split()[0])
-    assert validate.memory_error([smoke.with_overrides(batch_size=fits)], 1, 1, True, available=10 ** 9) is None
-    assert validate.memory_error([smoke.with_overrides(batch_size=fits + 1)], 1, 1, True, available=10 ** 9)
+    assert cli_checks.memory_error([smoke.with_overrides(batch_size=fits)], 1, 1, True, available=10 ** 9) is None
+    assert cli_checks.memory_error([smoke.with_overrides(batch_size=fits + 1)], 1, 1, True, available=10 ** 9)
     # two workers: each of the two processes holds the iterator of the global batch (2 x b)
-    two = validate.memory_error([smoke.with_overrides(batch_size=fits)], 2, 2, True, available=10 ** 9)
+    two = cli_checks.memory_error([smoke.with_overrides(batch_size=fits)], 2, 2, True, available=10 ** 9)
     assert two and "each of 2 worker processes" in two
 
 

@@ -13,8 +13,13 @@ import pytest
 from common.data import DeepMarkIterator
 from common.labels import frame_labels
 from common.spec import FRAMES_PER_SECOND, LABEL_LENGTHS, UTTERANCE_SECONDS, get_preset
-from runner import envs, execute, preflight, targets
-from runner.bootstrap import STAMP, EnvError, read_stamp
+from runner.envs import framework_envs
+from runner.run import execute
+from runner.envs import gpu_preflight
+from runner.run import targets
+from runner.envs import definitions
+from runner.envs.bootstrap import STAMP, read_stamp
+from runner.base import EnvError
 from tests.conftest import ROOT
 
 SMOKE = get_preset("smoke")
@@ -81,26 +86,26 @@ def test_output_frames_per_second_of_audio():
 def libdir(tmp_path, monkeypatch):
     d = tmp_path / "lib"
     d.mkdir()
-    monkeypatch.setattr(targets, "MPI_LIBDIRS", [str(d)])
+    monkeypatch.setattr(definitions, "MPI_LIBDIRS", [str(d)])
     return d
 
 
 def test_cntk_needs_openmpi(libdir):
-    reason = targets.cntk_needs()
+    reason = definitions.cntk_needs()
     assert "libmpi.so.40" in reason and "libmpi_cxx.so.40" in reason and "apt-get install libopenmpi3" in reason
     (libdir / "libmpi.so.40").write_text("")
-    assert "libmpi_cxx.so.40" in targets.cntk_needs() and "libmpi.so.40," not in targets.cntk_needs()
+    assert "libmpi_cxx.so.40" in definitions.cntk_needs() and "libmpi.so.40," not in definitions.cntk_needs()
     (libdir / "libmpi_cxx.so.40").write_text("")
-    assert targets.cntk_needs() is None
-    assert targets.cntk_mpi_libraries() == {"libmpi.so.12": str(libdir / "libmpi.so.40"),
+    assert definitions.cntk_needs() is None
+    assert definitions.cntk_mpi_libraries() == {"libmpi.so.12": str(libdir / "libmpi.so.40"),
                                             "libmpi_cxx.so.1": str(libdir / "libmpi_cxx.so.40")}
 
 
 def test_cntk_prefers_openmpi_110_when_present(libdir):
     for name in ("libmpi.so.12", "libmpi_cxx.so.1", "libmpi.so.40", "libmpi_cxx.so.40"):
         (libdir / name).write_text("")
-    assert targets.cntk_needs() is None
-    assert targets.cntk_mpi_libraries() == {"libmpi.so.12": str(libdir / "libmpi.so.12"),
+    assert definitions.cntk_needs() is None
+    assert definitions.cntk_mpi_libraries() == {"libmpi.so.12": str(libdir / "libmpi.so.12"),
                                             "libmpi_cxx.so.1": str(libdir / "libmpi_cxx.so.1")}
 
 
@@ -115,19 +120,19 @@ def fake_venv(tmp_path, script):
 
 
 def test_cntk_post_create_links_the_old_sonames_and_imports_cntk(tmp_path, libdir, monkeypatch):
-    monkeypatch.setattr(targets, "DRIVER_DIRS", [])       # a machine without driver directories to add
+    monkeypatch.setattr(definitions, "DRIVER_DIRS", [])       # a machine without driver directories to add
     monkeypatch.delenv("LD_LIBRARY_PATH", raising=False)
     for name in ("libmpi.so.40", "libmpi_cxx.so.40"):
         (libdir / name).write_text("")
     log = tmp_path / "calls"
     venv = fake_venv(tmp_path, 'echo "$LD_LIBRARY_PATH $*" >> %s\n' % log)
     for _ in range(2):                                   # idempotent: a rebuild replaces the links
-        targets.cntk_post_create(str(venv))
+        definitions.cntk_post_create(str(venv))
     compat = venv / "mpi-compat"
     assert os.readlink(str(compat / "libmpi.so.12")) == str(libdir / "libmpi.so.40")
     assert os.readlink(str(compat / "libmpi_cxx.so.1")) == str(libdir / "libmpi_cxx.so.40")
     assert log.read_text().splitlines()[-1] == "%s -c import cntk" % compat   # the import sees the links
-    assert targets.cntk_kernel_env(str(venv)) == {"LD_LIBRARY_PATH": str(compat), "CUDA_CACHE_MAXSIZE": str(4 << 30)}
+    assert definitions.cntk_kernel_env(str(venv)) == {"LD_LIBRARY_PATH": str(compat), "CUDA_CACHE_MAXSIZE": str(4 << 30)}
 
 
 def test_cntk_post_create_reports_a_failing_import(tmp_path, libdir):
@@ -136,13 +141,13 @@ def test_cntk_post_create_reports_a_failing_import(tmp_path, libdir):
     venv = fake_venv(tmp_path, 'echo "ImportError: libpython3.6m.so.1.0: cannot open shared object file" >&2\n'
                                'exit 1\n')
     with pytest.raises(EnvError, match="import cntk fails .*libpython3.6m.so.1.0: cannot open"):
-        targets.cntk_post_create(str(venv))
+        definitions.cntk_post_create(str(venv))
 
 
 def test_failed_post_create_leaves_no_ready_environment(tmp_path, monkeypatch):
     """The environment is stamped only after its post-create hook succeeded, so the next run rebuilds it."""
-    monkeypatch.setattr(envs, "ENVS_DIR", str(tmp_path))
-    monkeypatch.setattr(envs, "python_version", lambda python: "3.6.15")
+    monkeypatch.setattr(framework_envs, "ENVS_DIR", str(tmp_path))
+    monkeypatch.setattr(framework_envs, "python_version", lambda python: "3.6.15")
 
     def create(path, req, base, stamp, log, pip="pip", wheelhouse=None):
         os.makedirs(os.path.join(path, "bin"))
@@ -154,28 +159,28 @@ def test_failed_post_create_leaves_no_ready_environment(tmp_path, monkeypatch):
     def broken(venv):
         raise EnvError("import cntk fails")
 
-    monkeypatch.setattr(envs, "create_venv", create)
-    env = targets.ENVS["cntk"]
+    monkeypatch.setattr(framework_envs, "create_venv", create)
+    env = definitions.ENVS["cntk"]
     monkeypatch.setattr(env, "needs", lambda: None)
     monkeypatch.setattr(env, "post_create", broken)
     python = str(tmp_path / "python3.6")
     open(python, "w").close()
     with pytest.raises(EnvError, match="import cntk fails"):
-        envs.ensure(env, "cpu", python)
-    assert read_stamp(envs.env_path(env, "cpu", python)) == {}
-    assert envs.status(env, "cpu", python) == "outdated"
+        framework_envs.ensure(env, "cpu", python)
+    assert read_stamp(framework_envs.env_path(env, "cpu", python)) == {}
+    assert framework_envs.status(env, "cpu", python) == "outdated"
 
 
 def test_cntk_environment_needs_python_36(tmp_path, monkeypatch):
-    env = targets.ENVS["cntk"]
+    env = definitions.ENVS["cntk"]
     monkeypatch.setattr(env, "needs", lambda: None)
-    monkeypatch.setattr(envs, "python_version", lambda python: "3.11.7")
+    monkeypatch.setattr(framework_envs, "python_version", lambda python: "3.11.7")
     python = str(tmp_path / "python3")
     open(python, "w").close()
     with pytest.raises(EnvError, match=r"CNTK 2.7 needs Python 3.6; .* is Python 3.11.7"):
-        envs.ensure(env, "cpu", python)
+        framework_envs.ensure(env, "cpu", python)
     with pytest.raises(EnvError, match="--cntk-python"):
-        envs.ensure(env, "cpu", None)
+        framework_envs.ensure(env, "cpu", None)
 
 
 @pytest.mark.parametrize("cc, how", [(None, None), ("3.0", "sass"), ("6.0", "sass"), ("7.0", "sass"), ("7.5", "sass"),
@@ -183,14 +188,14 @@ def test_cntk_environment_needs_python_36(tmp_path, monkeypatch):
 def test_cntk_runs_natively_up_to_turing_and_through_ptx_jit_beyond(cc, how):
     """Read from the cntk-gpu 2.7.post2 wheel (runner/preflight.py): SASS up to sm_70 (which runs on 7.x
     GPUs, Turing included) and PTX for compute_70, which the driver compiles for any newer GPU."""
-    decision = preflight.decide("cntk", {"name": "GPU", "driver": "580.65.06", "compute_capability": cc or ""})
+    decision = gpu_preflight.decide("cntk", {"name": "GPU", "driver": "580.65.06", "compute_capability": cc or ""})
     assert decision.runs and decision.build.name == "cu100" and decision.how == how
 
 
 def test_cntk_below_its_oldest_code_or_driver_is_refused():
-    kepler = preflight.decide("cntk", {"name": "GPU", "driver": "470.256.02", "compute_capability": "2.1"})
+    kepler = gpu_preflight.decide("cntk", {"name": "GPU", "driver": "470.256.02", "compute_capability": "2.1"})
     assert not kepler.runs and "sm_21" in kepler.reason
-    old = preflight.decide("cntk", {"name": "GPU", "driver": "396.26", "compute_capability": "7.0"})
+    old = gpu_preflight.decide("cntk", {"name": "GPU", "driver": "396.26", "compute_capability": "7.0"})
     assert not old.runs and "needs NVIDIA driver >= 410.48" in old.reason
 
 
@@ -203,7 +208,7 @@ def test_cntk_precisions():
 
 def test_pins_are_python_36_wheels():
     for device, wheel in (("cpu", "cntk==2.7.post2"), ("cuda", "cntk-gpu==2.7.post2")):
-        with open(targets.ENVS["cntk"].requirements(device)) as f:
+        with open(definitions.ENVS["cntk"].requirements(device)) as f:
             pins = [line.split("#")[0].strip() for line in f if line.split("#")[0].strip()]
         assert wheel in pins and "numpy==1.19.5" in pins and "dataclasses==0.8" in pins
 

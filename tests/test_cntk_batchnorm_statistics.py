@@ -68,13 +68,13 @@ with open(OUT_PATH, "w") as _f:
 def kernel(smoke):
     """The CNTK kernel the session's smoke run used (runner/envs.py names it): skipped with the runner's reason
     when that run skipped the row, and it must exist when the row ran."""
-    from runner import envs
-    from runner.targets import ENVS
+    from runner.envs import framework_envs
+    from runner.envs.definitions import ENVS
     rec = smoke.record("cntk")
     if rec["status"] == "skipped":
         pytest.skip("cntk: %s" % rec["error"])
-    name = envs.kernel_name(ENVS["cntk"], "cpu", rec["run"].get("interpreter"))
-    assert os.path.isdir(os.path.join(envs.kernels_prefix(), "share", "jupyter", "kernels", name)), name
+    name = framework_envs.kernel_name(ENVS["cntk"], "cpu", rec["run"].get("interpreter"))
+    assert os.path.isdir(os.path.join(framework_envs.kernels_prefix(), "share", "jupyter", "kernels", name)), name
     return name
 
 

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from runner import cntk_python
+from runner.envs import cntk_python
 from tests.conftest import ROOT, no_cntk_python_anywhere
 
 PYENV_36 = sorted(__import__("glob").glob(os.path.expanduser("~/.pyenv/versions/3.6*/bin/python3.6")))
@@ -138,8 +138,10 @@ def test_a_found_interpreter_without_openmpi_skips_cntk_a_given_one_fails(tmp_pa
     """Nobody asked for CNTK when its interpreter was only found: a missing system library skips the row
     (exit status 0) instead of failing it; with --cntk-python it is a failure to fix."""
     from common.spec import get_preset
-    from runner import execute, targets
-    env = targets.ENVS["cntk"]
+    from runner.run import execute
+    from runner.run import targets
+    from runner.envs import definitions
+    env = definitions.ENVS["cntk"]
     monkeypatch.setattr(env, "needs", lambda: "this machine lacks OpenMPI 4's libmpi.so.40")
     python = fake(tmp_path / "py" / "python3.6", "3.6.15")
     opts = execute.RunOptions(get_preset("smoke"), "fp32", 0, "cpu", str(tmp_path / "results"),

@@ -16,9 +16,12 @@ import pytest
 from common import parallel, results
 from common.data import Batch, DeepMarkIterator, shard_bounds, shard_sizes
 from common.spec import get_preset
-from runner import distributed, execute
-from runner.bootstrap import ENVS_DIR, env_python
-from runner.targets import ALL_TARGETS, Target
+from runner.dp import launch
+from runner.run import execute
+from runner.dp import launchers
+from runner.dp import supervisor
+from runner.envs.bootstrap import ENVS_DIR, env_python
+from runner.run.targets import ALL_TARGETS, Target
 from tests.conftest import ROOT, run_all, selected_targets
 
 FIXTURE = "../tests/fixtures/dp_fixture.ipynb"      # relative to notebooks/, as Target expects
@@ -173,12 +176,12 @@ def test_first_losses_are_warmup_first():
 # ---- the notebook side: the parameters cell decides; the script is the notebook -------------------------
 def test_targets_without_a_workers_parameter_are_detected_from_the_notebook():
     fixture = Target("fixture", "Fixture", FIXTURE, "pytorch")
-    assert "workers" in distributed.notebook_parameter_names(fixture.notebook_path)
-    assert distributed.no_dp_reason(fixture, distributed.LAUNCHERS["python"]) is None
+    assert "workers" in launch.notebook_parameter_names(fixture.notebook_path)
+    assert launch.no_dp_reason(fixture, launchers.LAUNCHERS["python"]) is None
     for target in ALL_TARGETS.values():
-        assert distributed.launcher_for(target) is not None, target.name
-        has = "workers" in distributed.notebook_parameter_names(target.notebook_path)
-        reason = distributed.no_dp_reason(target)
+        assert launchers.launcher_for(target) is not None, target.name
+        has = "workers" in launch.notebook_parameter_names(target.notebook_path)
+        reason = launch.no_dp_reason(target)
         assert (reason is None) == has, target.name
         if not has:
             assert "has no data-parallel code yet" in reason
@@ -187,7 +190,7 @@ def test_targets_without_a_workers_parameter_are_detected_from_the_notebook():
 def test_export_script_injects_papermill_parameters(tmp_path):
     fixture = Target("fixture", "Fixture", FIXTURE, "pytorch")
     script = str(tmp_path / "x.py")
-    distributed.export_script(fixture.notebook_path, {"workers": 3, "mode": "ok"}, script, "header line")
+    launch.export_script(fixture.notebook_path, {"workers": 3, "mode": "ok"}, script, "header line")
     text = open(script).read()
     assert text.startswith("# header line\n")
     assert "workers = 1" in text and "workers = 3" in text        # the defaults, then papermill's cell
@@ -196,7 +199,7 @@ def test_export_script_injects_papermill_parameters(tmp_path):
 
 
 def test_launcher_table_names_every_target_and_what_ran():
-    table = distributed.launcher_table_markdown()
+    table = launchers.launcher_table_markdown()
     assert table in open(os.path.join(ROOT, "docs", "data-parallel.md")).read(), \
         "docs/data-parallel.md's launcher table is out of date (runner.distributed.launcher_table_markdown())"
     for name in ("torchrun", "tf_config", "jax", "mpiexec", "single", "python"):
@@ -209,16 +212,16 @@ def _fixture_run(tmp_path, workers=2, timeout=120, python=sys.executable, launch
     target = Target("fixture", "Fixture (stdlib)", FIXTURE, "pytorch", parameters=parameters)
     opts = execute.RunOptions(get_preset("smoke").with_overrides(batch_size=4), "fp32", 0, "cpu", str(tmp_path),
                               timeout=timeout)
-    return distributed.run_target(target, opts, workers, python=python, launcher=distributed.LAUNCHERS[launcher],
+    return launch.run_target(target, opts, workers, python=python, launcher=launchers.LAUNCHERS[launcher],
                                   grace=2), target, opts
 
 
 def _single_worker_record(tmp_path, target, opts):
     """The fixture with one worker and the global batch, run as its exported script."""
-    gopts = distributed._global_opts(opts, 2)
+    gopts = launch._global_opts(opts, 2)
     path = os.path.join(str(tmp_path), "records", execute.record_stem(target, gopts) + ".json")
     script = str(tmp_path / "single.py")
-    distributed.export_script(target.notebook_path, dict(execute.notebook_parameters(target, gopts, path),
+    launch.export_script(target.notebook_path, dict(execute.notebook_parameters(target, gopts, path),
                                                          workers=1), script)
     subprocess.run([sys.executable, script], cwd=os.path.dirname(target.notebook_path), check=True,
                    stdout=subprocess.DEVNULL)
@@ -254,8 +257,8 @@ def test_two_workers_rank0_writes_the_record_the_runner_completes_it(tmp_path, t
     assert eq["loss_rel_diff"] < 1e-12 and eq["param_rel_diff"] < 1e-12 and eq["checksum_equal"]
 
     # results.md: the table of record says "2 workers", the data-parallel section compares with one worker
-    from runner import report
-    text = report.render(str(tmp_path), "cmd", None, str(tmp_path / "results.md"))
+    from runner.report import render
+    text = render.render(str(tmp_path), "cmd", None, str(tmp_path / "results.md"))
     assert "## Data-parallel: W workers against one" in text and "standard library / 2 workers" in text
     row = [l for l in text.splitlines() if l.startswith("| fixture fp32 | ok | 2 | 1 | python | files | 4 / 8 |")]
     assert len(row) == 1 and row[0].endswith("| pass |"), text
@@ -315,7 +318,7 @@ def _ctrl_c(tmp_path, tag, python, launcher, collective):
         else:
             pytest.fail("the workers did not start")
         time.sleep(0.5)
-        running = distributed.marked_processes(tag, name="DS2_TEST_TAG")
+        running = supervisor.marked_processes(tag, name="DS2_TEST_TAG")
         assert len(running) >= 3, running         # the runner and its workers (and torchrun): the scan sees them
         os.killpg(driver.pid, signal.SIGINT)      # Ctrl-C in a terminal: SIGINT to the foreground group
         out, _ = driver.communicate(timeout=60)
@@ -380,17 +383,17 @@ def env_of(smoke):
     return python_of
 
 
-def _launch(tmp_path, launcher, python=sys.executable, timeout=60, linger=distributed.LINGER_S, **env):
+def _launch(tmp_path, launcher, python=sys.executable, timeout=60, linger=supervisor.LINGER_S, **env):
     script = tmp_path / "script.py"
     script.write_text(SCRIPT % {"root": ROOT})
-    res = distributed.launch(distributed.LAUNCHERS[launcher], python, str(script), 2, str(tmp_path / "log"),
+    res = supervisor.launch(launchers.LAUNCHERS[launcher], python, str(script), 2, str(tmp_path / "log"),
                              str(tmp_path / "status"), cwd=str(tmp_path), timeout=timeout,
                              env=dict(os.environ, **env), grace=2, linger=linger)
     logs = [(tmp_path / ("log.rank%d.log" % r)).read_text() for r in range(2)]
     return res, logs
 
 
-@pytest.mark.skipif(not distributed._which("mpiexec"), reason="no mpiexec (apt-get install openmpi-bin)")
+@pytest.mark.skipif(not supervisor._which("mpiexec"), reason="no mpiexec (apt-get install openmpi-bin)")
 def test_mpiexec_launcher(tmp_path, tag):
     res, logs = _launch(tmp_path, "mpiexec")
     assert res.ok and res.returncodes == [0], res.reason
@@ -413,7 +416,7 @@ def test_a_rank_that_dies_at_exit_after_reporting_ok_is_named_and_the_run_counts
     """gloo was seen (CI, and 6 in 240 runs here) to abort a rank's interpreter shutdown after the rank's work
     was done: the run counts, and the record can say which rank died and how (per-rank launchers: the runner
     sees it; torchrun and mpiexec: their logs name it)."""
-    if launcher == "mpiexec" and not distributed._which("mpiexec"):
+    if launcher == "mpiexec" and not supervisor._which("mpiexec"):
         pytest.skip("no mpiexec (apt-get install openmpi-bin)")
     python = env_of("pytorch") if launcher == "torchrun" else sys.executable
     res, _ = _launch(tmp_path, launcher, python=python, ABORT_AT_EXIT="1", AFTER_RANK0="1")
@@ -443,14 +446,14 @@ def test_a_runner_killed_outright_takes_its_workers_along(tmp_path, tag):
     (tmp_path / "script.py").write_text(SCRIPT % {"root": ROOT})
     runner = subprocess.Popen([sys.executable, "-c", code], env=dict(os.environ, SLEEP="300"))
     deadline = time.time() + 60
-    while len(distributed.marked_processes(tag, name="DS2_TEST_TAG")) < 3 and time.time() < deadline:
+    while len(supervisor.marked_processes(tag, name="DS2_TEST_TAG")) < 3 and time.time() < deadline:
         time.sleep(0.2)
     time.sleep(1)
-    assert len(distributed.marked_processes(tag, name="DS2_TEST_TAG")) == 3    # the runner and 2 workers
+    assert len(supervisor.marked_processes(tag, name="DS2_TEST_TAG")) == 3    # the runner and 2 workers
     runner.kill()
     runner.wait()
     deadline = time.time() + 20
-    while distributed.marked_processes(tag, name="DS2_TEST_TAG") and time.time() < deadline:
+    while supervisor.marked_processes(tag, name="DS2_TEST_TAG") and time.time() < deadline:
         time.sleep(0.2)
 
 
@@ -470,7 +473,7 @@ def test_ddp_with_uneven_and_empty_shards_equals_one_process(tmp_path, tag, env_
     global batches of 5, 3, 1, 4 (rank 1's shares 2, 1, 0, 2): losses, parameters and BatchNorm running
     statistics equal one process on whole batches to rounding."""
     out = tmp_path / "ddp.json"
-    res = distributed.launch(distributed.LAUNCHERS["torchrun"], env_of("pytorch"),
+    res = supervisor.launch(launchers.LAUNCHERS["torchrun"], env_of("pytorch"),
                              os.path.join(ROOT, "tests", "fixtures", "ddp_uneven.py"), 2, str(tmp_path / "log"),
                              str(tmp_path / "status"), cwd=str(tmp_path), timeout=300,
                              env=dict(os.environ, DDP_UNEVEN_OUT=str(out)), grace=2)
@@ -512,7 +515,7 @@ def test_single_process_launcher_for_in_process_devices(tmp_path, tag):
 def test_jax_tf_config_and_mpiexec_launchers_end_to_end(tmp_path, tag, env_of, launcher, framework, collective,
                                                         backend):
     python = env_of(framework)
-    if launcher == "mpiexec" and not distributed._which("mpiexec"):
+    if launcher == "mpiexec" and not supervisor._which("mpiexec"):
         pytest.skip("no mpiexec (apt-get install openmpi-bin)")
     rec, target, opts = _fixture_run(tmp_path, python=python, launcher=launcher, collective=collective)
     assert rec["status"] == "ok", rec["error"]
@@ -531,11 +534,11 @@ def test_a_notebook_without_data_parallel_code_gets_a_skipped_row(tmp_path):
     path = tmp_path / "no_dp.ipynb"
     nbformat.write(nb, str(path))
     target = Target("nodp", "NoDP (fixture)", str(path), "pytorch")
-    assert "workers" in distributed.notebook_parameter_names(os.path.join(ROOT, "notebooks", FIXTURE))
-    assert distributed.no_dp_reason(target, distributed.LAUNCHERS["python"]) == \
+    assert "workers" in launch.notebook_parameter_names(os.path.join(ROOT, "notebooks", FIXTURE))
+    assert launch.no_dp_reason(target, launchers.LAUNCHERS["python"]) == \
         "the NoDP notebook has no data-parallel code yet (no 'workers' parameter)"
     opts = execute.RunOptions(get_preset("smoke").with_overrides(batch_size=4), "fp32", 0, "cpu", str(tmp_path))
-    rec = distributed.run_target(target, opts, 2, python=sys.executable, launcher=distributed.LAUNCHERS["python"])
+    rec = launch.run_target(target, opts, 2, python=sys.executable, launcher=launchers.LAUNCHERS["python"])
     assert rec["status"] == "skipped" and "no data-parallel code yet" in rec["error"]
     assert rec["distributed"]["world_size"] == 2 and rec["batch_size"] == 8
     assert sorted(os.listdir(tmp_path / "records")) == ["nodp_smoke_fp32_bs8_cpu_w2.json"]   # no log: nothing ran

@@ -123,21 +123,22 @@ def test_no_page_cites_an_issue_number_and_no_cell_is_long(page):
 
 
 def test_readme_is_short_and_its_headline_is_results_md_summary():
-    from runner import report
+    from runner.report import render
     readme = open(os.path.join(ROOT, "README.md")).read()
     assert len(readme.splitlines()) <= 200
-    summary = report.summary_block(open(os.path.join(ROOT, "results.md")).read())
+    summary = render.summary_block(open(os.path.join(ROOT, "results.md")).read())
     assert "| Row |" in summary and "Devices: " in summary
-    assert "%s\n\n%s\n\n%s" % (report.README_BEGIN, summary, report.README_END) in readme, \
+    assert "%s\n\n%s\n\n%s" % (render.README_BEGIN, summary, render.README_END) in readme, \
         "python -m runner.report copies results.md's summary into README.md"
 
 
 def test_readme_gpu_facts_are_results_md_before_you_rent_a_gpu():
-    from runner import report
+    from runner.report import render
+    from runner.report import gpu_facts
     readme = open(os.path.join(ROOT, "README.md")).read()
-    block = report.section_block(open(os.path.join(ROOT, "results.md")).read(), report.TITLE, stop=("## ",))
+    block = render.section_block(open(os.path.join(ROOT, "results.md")).read(), gpu_facts.TITLE, stop=("## ",))
     assert "**Has run on a GPU**" in block and "Run `python run_all.py --preset quick` first" in block
-    assert "%s\n\n%s\n\n%s" % (report.GPU_BEGIN, block, report.GPU_END) in readme, \
+    assert "%s\n\n%s\n\n%s" % (render.GPU_BEGIN, block, render.GPU_END) in readme, \
         "python -m runner.report copies results.md's GPU facts into README.md"
 
 

@@ -10,8 +10,9 @@ interpreter) is skipped, as in tests/test_notebooks.py; ``DS2_TEST_FRAMEWORKS`` 
 import pytest
 
 from common import parallel
-from runner import distributed
-from runner.targets import ALL_TARGETS
+from runner.dp import launch
+from runner.dp import supervisor
+from runner.run.targets import ALL_TARGETS
 from tests.conftest import (assert_trains_like, recheck_first_losses, run_all, RunAll, selected_targets,
                             two_worker_record)
 
@@ -23,9 +24,9 @@ EXPECTED = {"cntk": ("mpiexec", "MPI"), "mxnet": ("single", "kvstore")}
 @pytest.mark.full
 @pytest.mark.parametrize("target", DP_TARGETS)
 def test_two_workers_equal_one_worker_with_the_global_batch(tmp_path, target, smoke):
-    if target == "cntk" and not distributed._which("mpiexec"):
+    if target == "cntk" and not supervisor._which("mpiexec"):
         pytest.skip("no mpiexec (apt-get install openmpi-bin)")
-    assert "workers" in distributed.notebook_parameter_names(ALL_TARGETS[target].notebook_path)
+    assert "workers" in launch.notebook_parameter_names(ALL_TARGETS[target].notebook_path)
     one = RunAll.reuse(smoke, target, tmp_path)             # the session's 1 x 8 run is the reference
     single = one.record(target)
     if single["status"] == "skipped":

@@ -15,8 +15,8 @@ import os
 import pytest
 
 from common import parallel
-from runner import distributed
-from runner.targets import ALL_TARGETS
+from runner.dp import launch
+from runner.run.targets import ALL_TARGETS
 from tests.conftest import assert_trains_like, ROOT, run_all, RunAll, selected_targets, two_worker_record
 
 TARGET = "jax"
@@ -36,7 +36,7 @@ def export_ok(rec):
 @pytest.mark.full
 @pytest.mark.skipif(TARGET not in selected_targets(), reason="DS2_TEST_FRAMEWORKS does not select jax")
 def test_two_jax_processes_equal_one_process_with_the_global_batch(tmp_path, smoke):
-    assert "workers" in distributed.notebook_parameter_names(ALL_TARGETS[TARGET].notebook_path)
+    assert "workers" in launch.notebook_parameter_names(ALL_TARGETS[TARGET].notebook_path)
     one = RunAll.reuse(smoke, TARGET, tmp_path)             # the session's 1 x 8 run is the reference
     single = one.record(TARGET)
     if single["status"] == "skipped":

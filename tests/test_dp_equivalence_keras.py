@@ -24,9 +24,11 @@ from common import parallel
 from common.data import DeepMarkIterator
 from common.spec import get_preset
 from common.weights import load_weights, save_weights
-from runner import distributed, envs
-from runner.bootstrap import env_python
-from runner.targets import ALL_TARGETS, ENVS
+from runner.dp import launch
+from runner.envs import framework_envs
+from runner.envs.bootstrap import env_python
+from runner.run.targets import ALL_TARGETS
+from runner.envs.definitions import ENVS
 from tests.conftest import assert_trains_like, ROOT, run_all, RunAll, selected_targets, two_worker_record
 
 SELECTED = selected_targets()
@@ -49,7 +51,7 @@ def single(tmp_path_factory, smoke):
 @pytest.mark.full
 @needs_keras_jax
 def test_keras_jax_two_workers_equal_one_worker_with_the_global_batch(single):
-    assert "workers" in distributed.notebook_parameter_names(ALL_TARGETS["keras-jax"].notebook_path)
+    assert "workers" in launch.notebook_parameter_names(ALL_TARGETS["keras-jax"].notebook_path)
     one, single_rec = single
     assert "distributed" not in single_rec                   # the single-worker record is the plain one
     assert single_rec["checks"]["param_summary"]["count"] > 0
@@ -94,7 +96,7 @@ def test_the_jax_runs_keras_file_opens_on_the_torch_backend(single):
     PyTorch environment (no notebook code), gives the same inference logits."""
     one, rec = single
     _, logits_path, native = _export_files(one.results_dir, rec)
-    python = env_python(envs.env_path(ENVS["pytorch"], "cpu"))
+    python = env_python(framework_envs.env_path(ENVS["pytorch"], "cpu"))
     if not os.path.exists(python):
         pytest.skip("no PyTorch environment at %s" % python)
     script = "\n".join([
@@ -120,7 +122,7 @@ def test_the_jax_runs_keras_file_opens_on_the_torch_backend(single):
 
 
 def _papermill(tmp_path, init_weights):
-    kernel = envs.kernel_name(ENVS["jax"], "cpu")
+    kernel = framework_envs.kernel_name(ENVS["jax"], "cpu")
     out = tmp_path / "out.ipynb"
     cmd = [sys.executable, "-m", "papermill", ALL_TARGETS["keras-jax"].notebook_path, str(out), "-k", kernel,
            "-p", "preset", "smoke", "-p", "device", "cpu", "-p", "batch_size", "8", "-p", "backend", "jax",

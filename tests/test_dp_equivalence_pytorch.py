@@ -23,8 +23,8 @@ import pytest
 from common import parallel
 from common.spec import get_preset
 from common.weights import load_state
-from runner import distributed
-from runner.targets import ALL_TARGETS
+from runner.dp import launch
+from runner.run.targets import ALL_TARGETS
 from tests.conftest import assert_trains_like, ROOT, run_all, RunAll, selected_targets, two_worker_record
 
 pytestmark = pytest.mark.skipif("pytorch" not in selected_targets(),
@@ -56,7 +56,7 @@ def check_export(rec, results_dir):
 def two_runs(tmp_path, precision, reference):
     """One worker with batch 8 (``reference``: the session's smoke run of that precision, copied), then
     2 workers x 4, into one results directory: (single record, 2-worker record, the second run)."""
-    assert "workers" in distributed.notebook_parameter_names(ALL_TARGETS["pytorch"].notebook_path)
+    assert "workers" in launch.notebook_parameter_names(ALL_TARGETS["pytorch"].notebook_path)
     common_args = ["--preset", "smoke", "--frameworks", "pytorch", "--device", "cpu", "--precision", precision,
                    "--timeout", "900"]
     one = RunAll.reuse(reference, "pytorch", tmp_path, precision)

@@ -15,8 +15,8 @@ import pytest
 from common import parallel
 from common.spec import get_preset
 from common.weights import load_state
-from runner import distributed
-from runner.targets import ALL_TARGETS
+from runner.dp import launch
+from runner.run.targets import ALL_TARGETS
 from tests.conftest import assert_trains_like, ROOT, run_all, RunAll, selected_targets, two_worker_record
 
 pytestmark = pytest.mark.skipif("tensorflow" not in selected_targets(), reason="tensorflow not selected")
@@ -40,7 +40,7 @@ def _export_ok(record, results_dir):
 
 @pytest.mark.full
 def test_two_workers_equal_one_worker_with_the_global_batch(tmp_path, smoke):
-    assert "workers" in distributed.notebook_parameter_names(ALL_TARGETS["tensorflow"].notebook_path)
+    assert "workers" in launch.notebook_parameter_names(ALL_TARGETS["tensorflow"].notebook_path)
     one = RunAll.reuse(smoke, "tensorflow", tmp_path)      # the session's 1 x 8 run is the reference
     single = one.record("tensorflow")
     if single["status"] == "skipped":

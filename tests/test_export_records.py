@@ -14,8 +14,8 @@ from common.data import DeepMarkIterator
 from common.spec import LOSS_RTOL, get_preset
 from common.weights import canonical_state, load_state
 from runner.migrate import BN_CONVENTIONS, repo_path
-from runner.report import control_deviation, tensor_groups
-from runner.targets import TARGETS, VARIANTS
+from runner.report.checks import control_deviation, tensor_groups
+from runner.run.targets import TARGETS, VARIANTS
 from tests.conftest import K_STEPS, TRAJECTORY_RTOL, RunAll, full_targets, ok_record, run_all, selected_targets
 
 SMOKE = get_preset("smoke")

@@ -20,9 +20,9 @@ import uuid
 import pytest
 
 from common.envinfo import cpu_model
-from runner import envs
-from runner.bootstrap import env_python
-from runner.targets import ENVS
+from runner.envs import framework_envs
+from runner.envs.bootstrap import env_python
+from runner.envs.definitions import ENVS
 from tests.conftest import ROOT
 
 sys.path.insert(0, os.path.join(ROOT, "tools"))
@@ -55,8 +55,8 @@ def fake_gpu_path(directory):
 @pytest.fixture(scope="module")
 def session(tmp_path_factory):
     """One dry run: pytorch:fp32 (runs), keras-jax:fp32 (its estimate, given, exceeds the deadline)."""
-    envs.ensure(ENVS["pytorch"], "cpu")                   # the session's PyTorch environment, "preinstalled"
-    python = env_python(envs.env_path(ENVS["pytorch"], "cpu"))
+    framework_envs.ensure(ENVS["pytorch"], "cpu")                   # the session's PyTorch environment, "preinstalled"
+    python = env_python(framework_envs.env_path(ENVS["pytorch"], "cpu"))
     tmp = tmp_path_factory.mktemp("gpu_session")
     out = tmp / "out"
     env = dict(os.environ, PATH=fake_gpu_path(tmp / "bin"), PYTHONPATH=ROOT)

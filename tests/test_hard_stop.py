@@ -28,7 +28,9 @@ import time
 import pytest
 
 from common import results
-from runner import distributed
+from runner.dp import launch
+from common import parallel
+from runner.dp import supervisor
 from tests.conftest import ROOT
 
 #: launcher -> (target, extra run_all.py options)
@@ -100,7 +102,7 @@ def test_no_process_outlives_a_stopped_run(tmp_path, tag, launcher, sequence):
         proc = _start(results_dir, target, extra, out)
     try:
         _wait_for_training(proc, results_dir, output)
-        running = distributed.marked_processes(tag, name="DS2_TEST_TAG")
+        running = supervisor.marked_processes(tag, name="DS2_TEST_TAG")
         assert len(running) >= 3, running            # run_all.py and its 2 workers (and a launcher) carry the marker
         _send(proc, sequence)
         t0 = time.time()
@@ -111,10 +113,10 @@ def test_no_process_outlives_a_stopped_run(tmp_path, tag, launcher, sequence):
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     # 1. no process of the run is left 10 s after run_all.py exits
-    left = distributed.marked_processes(tag, name="DS2_TEST_TAG")
+    left = supervisor.marked_processes(tag, name="DS2_TEST_TAG")
     while left and time.time() - exited < LEFT_S:
         time.sleep(0.1)
-        left = distributed.marked_processes(tag, name="DS2_TEST_TAG")
+        left = supervisor.marked_processes(tag, name="DS2_TEST_TAG")
     clean_s = time.time() - t0
     leftovers = [(pid, open("/proc/%d/cmdline" % pid, "rb").read().replace(b"\0", b" ")[:200]) for pid in left
                  if os.path.exists("/proc/%d" % pid)]
@@ -138,7 +140,7 @@ def test_no_process_outlives_a_stopped_run(tmp_path, tag, launcher, sequence):
         assert proc.returncode == -signal.SIGKILL
         # what the killed run left in .staging/ (rank files, its owner), the next run removes
         staging = os.path.join(results_dir, ".staging")
-        distributed.clean_stale_staging(staging)
+        launch.clean_stale_staging(staging)
         transient = [n for n in os.listdir(staging) if not n.endswith(".py")] if os.path.isdir(staging) else []
         assert not transient, transient
         return
@@ -160,10 +162,10 @@ def test_stale_staging_of_a_dead_runner_is_removed_and_a_live_ones_kept(tmp_path
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()                                        # a pid that no longer runs
     for stem, pid in (("dead_w2", dead.pid), ("live_w2", os.getpid())):
-        (staging / (stem + ".owner")).write_text("%d %s\n" % (pid, distributed.process_start_time(pid) or ""))
+        (staging / (stem + ".owner")).write_text("%d %s\n" % (pid, parallel.process_start_time(pid) or ""))
         for name in (".json", ".rank0.status.json", ".rank1.status.json", ".py", ".json.123.partial"):
             (staging / (stem + name)).write_text("x")
-    removed = distributed.clean_stale_staging(str(staging))
+    removed = launch.clean_stale_staging(str(staging))
     assert sorted(os.path.basename(p) for p in removed) == sorted(
         ["dead_w2.json", "dead_w2.rank0.status.json", "dead_w2.rank1.status.json", "dead_w2.json.123.partial",
          "dead_w2.owner"])
@@ -172,21 +174,21 @@ def test_stale_staging_of_a_dead_runner_is_removed_and_a_live_ones_kept(tmp_path
     # a pid that was reused by another process is not the runner: its start time differs
     (staging / "reused_w2.owner").write_text("%d 1\n" % os.getpid())
     (staging / "reused_w2.json").write_text("x")
-    distributed.clean_stale_staging(str(staging))
+    launch.clean_stale_staging(str(staging))
     assert not (staging / "reused_w2.json").exists()
 
 
 def test_a_worker_stops_itself_once_its_runner_is_gone(tmp_path):
-    """dp_worker.py's watch: a worker whose runner died kills itself within about a second, even one whose parent
+    """runner/dp/worker.py's watch: a worker whose runner died kills itself within about a second, even one whose parent
     is alive (torchrun, mpiexec) and that ignores SIGTERM (as JAX's preemption notifier makes it)."""
     runner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
-    code = ("import signal, sys, time; sys.path.insert(0, %r); sys.path.insert(0, %r)\n"
+    code = ("import signal, sys, time; sys.path.insert(0, %r)\n"
             "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-            "import dp_worker; from common.parallel import runner_alive\n"
-            "dp_worker.watch_runner(runner_alive)\n"
-            "print('watching', flush=True); time.sleep(60)\n" % (ROOT, os.path.join(ROOT, "runner")))
+            "from runner.dp import worker; from common.parallel import runner_alive\n"
+            "worker.watch_runner(runner_alive)\n"
+            "print('watching', flush=True); time.sleep(60)\n" % ROOT)
     env = dict(os.environ, DS2_RUNNER_PID=str(runner.pid),
-               DS2_RUNNER_START=distributed.process_start_time(runner.pid) or "")
+               DS2_RUNNER_START=parallel.process_start_time(runner.pid) or "")
     worker = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               universal_newlines=True)
     try:

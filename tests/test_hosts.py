@@ -22,8 +22,12 @@ import pytest
 
 from common import results
 from common.spec import get_preset
-from runner import distributed, execute, hosts
-from runner.targets import Target
+from runner.dp import launch
+from runner.run import execute
+from runner.dp import hosts
+from runner.dp import launchers
+from runner.dp import supervisor
+from runner.run.targets import Target
 from tests.conftest import ROOT, RunAll, assert_trains_like, run_all, selected_targets, two_worker_record
 
 FIXTURE = "../tests/fixtures/dp_fixture.ipynb"
@@ -55,7 +59,7 @@ def test_a_bad_hostfile_is_one_line(tmp_path, text, message):
 def test_each_launcher_starts_its_own_multi_node_form():
     two = [hosts.Host("h0", 1), hosts.Host("h1", 1)]
     worker = ["dp_worker.py", "script.py"]
-    torch = hosts.host_processes(distributed.LAUNCHERS["torchrun"], two, "/env/bin/python", worker, {}, [29500],
+    torch = hosts.host_processes(launchers.LAUNCHERS["torchrun"], two, "/env/bin/python", worker, {}, [29500],
                                  "job", 30)
     for i, name in enumerate(("h0", "h1")):
         (p,) = torch[name]
@@ -64,17 +68,17 @@ def test_each_launcher_starts_its_own_multi_node_form():
         assert "--rdzv_backend c10d --rdzv_endpoint h0:29500 --rdzv_id job" in argv
         assert "--rdzv_conf join_timeout=30,is_host=%d --local-addr %s" % (int(i == 0), name) in argv
         assert p["env"]["DS2_HOST"] == name and argv.endswith("dp_worker.py script.py")
-    jax = hosts.host_processes(distributed.LAUNCHERS["jax"], two, "py", worker, {}, [1234], "job", 30)
+    jax = hosts.host_processes(launchers.LAUNCHERS["jax"], two, "py", worker, {}, [1234], "job", 30)
     assert [p["env"]["DS2_PROCESS_ID"] for n in ("h0", "h1") for p in jax[n]] == ["0", "1"]
     assert {p["env"]["DS2_COORDINATOR"] for n in ("h0", "h1") for p in jax[n]} == {"h0:1234"}
-    tf = hosts.host_processes(distributed.LAUNCHERS["tf_config"], two, "py", worker, {}, [11, 12], "job", 30)
+    tf = hosts.host_processes(launchers.LAUNCHERS["tf_config"], two, "py", worker, {}, [11, 12], "job", 30)
     config = json.loads(tf["h1"][0]["env"]["TF_CONFIG"])
     assert config == {"cluster": {"worker": ["h0:11", "h1:12"]}, "task": {"type": "worker", "index": 1}}
-    ps = hosts.host_processes(distributed.LAUNCHERS["mxnet_dist_sync"], two, "py", worker, {}, [99], "job", 30)
+    ps = hosts.host_processes(launchers.LAUNCHERS["mxnet_dist_sync"], two, "py", worker, {}, [99], "job", 30)
     assert [p["env"]["DMLC_ROLE"] for p in ps["h0"]] == ["worker", "scheduler", "server"]
     assert ps["h1"][0]["env"]["DMLC_PS_ROOT_URI"] == "h0" and ps["h1"][0]["env"]["DMLC_NODE_HOST"] == "h1"
     with pytest.raises(hosts.HostsError, match="same number of processes"):
-        hosts.host_processes(distributed.LAUNCHERS["torchrun"], [hosts.Host("a", 2), hosts.Host("b", 1)], "py",
+        hosts.host_processes(launchers.LAUNCHERS["torchrun"], [hosts.Host("a", 2), hosts.Host("b", 1)], "py",
                              worker, {}, [1], "job", 30)
 
 
@@ -89,17 +93,17 @@ def test_host_options_without_hosts_or_with_the_wrong_worker_count_are_one_line(
 def test_uneven_slots_are_refused_up_front_for_torchrun_rows_only(tmp_path):
     """torchrun starts the same number of processes on every host: a hostfile with node1:2, node2:1 is one line
     before anything for PyTorch (and Keras on PyTorch), and fine for the launchers that start one process per slot."""
-    from runner import validate
-    from runner.targets import ALL_TARGETS
+    from runner import cli_checks
+    from runner.run.targets import ALL_TARGETS
     path = tmp_path / "hosts"
     path.write_text("node1:2\nnode2:1\n")
     uneven = hosts.parse_hostfile(str(path))
     for target in ("pytorch", "keras-torch"):
-        line = validate.hosts_error(uneven, 3, validate._launchers([ALL_TARGETS[target]], "sync"), str(path))
+        line = cli_checks.hosts_error(uneven, 3, cli_checks._launchers([ALL_TARGETS[target]], "sync"), str(path))
         assert "node1:2, node2:1: torchrun, the launcher of %s" % target in line and "\n" not in line
     for target in ("jax", "tensorflow", "cntk"):
-        assert validate.hosts_error(uneven, 3, validate._launchers([ALL_TARGETS[target]], "sync"), str(path)) is None
-    assert "slots add up to 3" in validate.hosts_error(uneven, 2, {}, str(path))
+        assert cli_checks.hosts_error(uneven, 3, cli_checks._launchers([ALL_TARGETS[target]], "sync"), str(path)) is None
+    assert "slots add up to 3" in cli_checks.hosts_error(uneven, 2, {}, str(path))
 
 
 def test_print_host_commands_prints_each_hosts_lines_and_runs_nothing(tmp_path):
@@ -109,7 +113,7 @@ def test_print_host_commands_prints_each_hosts_lines_and_runs_nothing(tmp_path):
     assert out.returncode == 0, out.output
     lines = [l.split("\t", 1) for l in out.output.splitlines() if "\t" in l]
     assert [host for host, _ in lines] == ["node0", "node1"]
-    assert all("DS2_COORDINATOR=node0:" in cmd and "runner/dp_worker.py" in cmd for _, cmd in lines)
+    assert all("DS2_COORDINATOR=node0:" in cmd and "runner/dp/worker.py" in cmd for _, cmd in lines)
     assert not os.path.isdir(tmp_path / "records") or not os.listdir(tmp_path / "records")
 
 
@@ -126,12 +130,12 @@ def test_the_agent_stops_every_process_of_its_host_when_the_connection_closes(ta
             "start_new_session=True); time.sleep(300)")
     agent = _agent([{"argv": [sys.executable, "-c", code], "env": {}}], "agent-" + tag)
     deadline = time.time() + 30
-    while len(distributed.marked_processes("agent-" + tag, name=hosts.AGENT_MARKER)) < 2:
+    while len(supervisor.marked_processes("agent-" + tag, name=hosts.AGENT_MARKER)) < 2:
         assert time.time() < deadline and agent.poll() is None
         time.sleep(0.1)
     agent.stdin.close()                     # what the runner does at the end, and what its death does
     assert agent.wait(timeout=30) == 143
-    assert distributed.marked_processes("agent-" + tag, name=hosts.AGENT_MARKER) == []
+    assert supervisor.marked_processes("agent-" + tag, name=hosts.AGENT_MARKER) == []
     agent.stdout.close()
 
 
@@ -165,10 +169,10 @@ def test_a_preflight_that_never_answers_ends_at_the_join_timeout_with_what_ssh_s
 def test_join_and_failure_reasons_name_the_host():
     two = [hosts.Host("h0", 1), hosts.Host("h1", 1)]
     assert hosts.not_joined(two, {0: {"ds2_host": "h0"}}) == ["h1"]
-    reason = distributed.host_failure_reason(two, 2, {0: {"ds2_host": "h0", "status": "running"}}, "/nonexistent",
+    reason = supervisor.host_failure_reason(two, 2, {0: {"ds2_host": "h0", "status": "running"}}, "/nonexistent",
                                              [None, None], None, None, ["h1"], 20)
     assert reason.startswith("host h1 did not join within 20 s (--join-timeout)")
-    reason = distributed.host_failure_reason(two, 2, {1: {"ds2_host": "h1", "status": "failed", "error": "E: x"}},
+    reason = supervisor.host_failure_reason(two, 2, {1: {"ds2_host": "h1", "status": "failed", "error": "E: x"}},
                                              "/nonexistent", [None, 1], (1, 1), None, None, 20)
     assert reason == "rank 1 (host h1) failed: E: x"
 
@@ -269,7 +273,7 @@ def _fixture_on_hosts(tmp_path, sim_hosts, hostfile=None, join_timeout=None, **p
     target = Target("fixture", "Fixture (stdlib)", FIXTURE, "pytorch", parameters=parameters)
     opts = execute.RunOptions(get_preset("smoke").with_overrides(batch_size=4), "fp32", 0, "cpu", str(tmp_path),
                               timeout=300)
-    return distributed.run_target(target, opts, 2, python=sys.executable, launcher=distributed.LAUNCHERS["python"],
+    return launch.run_target(target, opts, 2, python=sys.executable, launcher=launchers.LAUNCHERS["python"],
                                   grace=2, hosts=hosts.parse_hostfile(hostfile or sim_hosts["hostfile"]),
                                   ssh_options=sim_hosts["ssh_options"], join_timeout=join_timeout)
 

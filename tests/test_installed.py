@@ -17,9 +17,11 @@ import sys
 
 import pytest
 
-from runner import envs, installed
-from runner.bootstrap import env_python
-from runner.targets import ENVS
+from runner.envs import framework_envs
+from runner.envs import use_installed
+from runner.envs import bootstrap
+from runner.envs.bootstrap import env_python
+from runner.envs.definitions import ENVS
 from tests.conftest import ROOT, RunAll
 
 NO_REGISTRY = {"PIP_NO_INDEX": "1", "PIP_INDEX_URL": "http://127.0.0.1:9/simple", "PIP_FIND_LINKS": "",
@@ -60,7 +62,7 @@ def test_a_preinstalled_interpreter_runs_its_row_with_no_registry(smoke, tmp_pat
     pinned = smoke.record(target)
     if pinned["status"] != "ok":
         pytest.skip("%s's pinned row did not run: %s" % (target, pinned["error"]))
-    python = env_python(envs.env_path(ENVS[target], "cpu"))     # "preinstalled": the session's environment
+    python = env_python(framework_envs.env_path(ENVS[target], "cpu"))     # "preinstalled": the session's environment
     empty_envs = tmp_path / "no-envs"
     results_dir = tmp_path / "results"
     # the route is what is tested, not the export, ONNX or forward timing that the smoke run already checked
@@ -94,15 +96,15 @@ def test_the_oldest_supported_pytorch_runs_its_row(smoke, tmp_path):
     pinned = smoke.record("pytorch")
     venv = tmp_path / "oldest"
     subprocess.run([getattr(sys, "_base_executable", sys.executable), "-m", "venv", str(venv)], check=True)
-    pins = installed.needed_pins(ENVS["pytorch"], "cpu", [], "3.11")
-    pins["torch"] = installed.OLDEST["torch"]
+    pins = use_installed.needed_pins(ENVS["pytorch"], "cpu", [], "3.11")
+    pins["torch"] = use_installed.OLDEST["torch"]
     subprocess.run([str(venv / "bin" / "pip"), "install", "-q"] + ["%s==%s" % kv for kv in pins.items()], check=True)
     python = str(venv / "bin" / "python")
     proc = run_all(["--preset", "smoke", "--device", "cpu", "--frameworks", "pytorch", "--use-installed",
                     "pytorch=%s" % python], NO_REGISTRY, tmp_path / "results")
     assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
     rec = RunAll([], tmp_path / "results", _run=False).record("pytorch")
-    assert rec["status"] == "ok" and rec["as_is"] and rec["versions"]["framework"].startswith(installed.OLDEST["torch"])
+    assert rec["status"] == "ok" and rec["as_is"] and rec["versions"]["framework"].startswith(use_installed.OLDEST["torch"])
     assert rec["checks"]["loss"]["ok"] and rec["export"]["inference"]["ok"] and rec["onnx"]["status"] == "ok"
     assert abs(rec["checks"]["loss"]["framework"] / pinned["checks"]["loss"]["framework"] - 1) <= 1e-6
 
@@ -120,7 +122,7 @@ def fake_distributions(python, versions):
     site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                           stdout=subprocess.PIPE, universal_newlines=True, check=True).stdout.strip()
     for dist, version in versions.items():
-        module = installed.MODULES.get(dist, dist.lower().replace("-", "_"))
+        module = use_installed.MODULES.get(dist, dist.lower().replace("-", "_"))
         os.makedirs(os.path.join(site, module), exist_ok=True)
         open(os.path.join(site, module, "__init__.py"), "w").close()
         info = os.path.join(site, "%s-%s.dist-info" % (dist.replace("-", "_"), version))
@@ -141,7 +143,7 @@ def test_an_interpreter_without_the_frameworks_packages_is_one_line_and_exit_2(t
 
 def test_missing_ipykernel_alone_is_named(tmp_path):
     python = bare_python(tmp_path)
-    pins = installed.needed_pins(ENVS["pytorch"], "cpu", [], "3.11")
+    pins = use_installed.needed_pins(ENVS["pytorch"], "cpu", [], "3.11")
     fake_distributions(python, {n: v for n, v in pins.items() if n != "ipykernel"})
     proc = run_all(["--preset", "smoke", "--device", "cpu", "--frameworks", "pytorch", "--use-installed",
                     "pytorch=%s" % python], {}, tmp_path / "results")
@@ -151,15 +153,15 @@ def test_missing_ipykernel_alone_is_named(tmp_path):
 
 def test_a_framework_older_than_the_oldest_supported_is_refused_and_the_oldest_is_not(tmp_path):
     python = bare_python(tmp_path)
-    pins = installed.needed_pins(ENVS["jax"], "cpu", [], "3.11")
+    pins = use_installed.needed_pins(ENVS["jax"], "cpu", [], "3.11")
     fake_distributions(python, dict(pins, jax="0.4.30"))
     proc = run_all(["--preset", "smoke", "--device", "cpu", "--frameworks", "jax", "--use-installed",
                     "jax=%s" % python], {}, tmp_path / "results")
-    one_error_line(proc, "has jax 0.4.30, older than %s, the oldest this project runs" % installed.OLDEST["jax"],
+    one_error_line(proc, "has jax 0.4.30, older than %s, the oldest this project runs" % use_installed.OLDEST["jax"],
                    "%s -m pip install 'jax==%s'" % (python, pins["jax"]))
     # exactly the oldest: the preflight passes (--setup-only registers its kernel, and nothing else happens)
     python = bare_python(tmp_path, "oldest")
-    fake_distributions(python, dict(pins, jax=installed.OLDEST["jax"]))
+    fake_distributions(python, dict(pins, jax=use_installed.OLDEST["jax"]))
     proc = run_all(["--setup-only", "--device", "cpu", "--frameworks", "jax", "--use-installed",
                     "jax=%s" % python], {}, tmp_path / "results")
     assert proc.returncode == 0, proc.stderr
@@ -182,14 +184,14 @@ def test_the_runner_in_an_interpreter_without_papermill_is_one_line_and_exit_2(t
 
 
 def test_pins_markers_and_versions():
-    pins = installed.read_pins(os.path.join(ROOT, "envs", "jax-cpu.txt"), "3.12.1")
+    pins = use_installed.read_pins(os.path.join(ROOT, "envs", "jax-cpu.txt"), "3.12.1")
     assert pins["jax"] == "0.12.0.1" and pins["flax"] == "0.12.12"
-    assert installed.read_pins(os.path.join(ROOT, "envs", "jax-cpu.txt"), "3.11.7")["jax"] == "0.10.2"
-    assert "jax" in installed.read_pins(os.path.join(ROOT, "envs", "jax-cuda.txt"), "3.11.7")    # jax[cuda12]
-    assert installed.version_tuple("2.11.0+cu130") == (2, 11, 0) and installed.version_tuple("2.7.post2") == (2, 7)
-    assert installed.parse_assignments("pytorch=/a, jax=/b") == [("pytorch", "/a"), ("jax", "/b")]
+    assert use_installed.read_pins(os.path.join(ROOT, "envs", "jax-cpu.txt"), "3.11.7")["jax"] == "0.10.2"
+    assert "jax" in use_installed.read_pins(os.path.join(ROOT, "envs", "jax-cuda.txt"), "3.11.7")    # jax[cuda12]
+    assert use_installed.version_tuple("2.11.0+cu130") == (2, 11, 0) and use_installed.version_tuple("2.7.post2") == (2, 7)
+    assert use_installed.parse_assignments("pytorch=/a, jax=/b") == [("pytorch", "/a"), ("jax", "/b")]
     with pytest.raises(ValueError):
-        installed.parse_assignments("pytorch")
+        use_installed.parse_assignments("pytorch")
 
 
 # ---- a wheelhouse: prepared where a registry is, installed where none is --------------------------------------
@@ -216,7 +218,7 @@ def test_a_prepared_wheelhouse_makes_an_environment_with_no_registry_and_a_missi
         ready = [l for l in proc.stdout.splitlines() if l.startswith("mxnet: ready (kernel ")]
         assert ready, proc.stdout
         kernel = ready[0].split("kernel ")[1].rstrip(")")
-        python = env_python(envs.env_path(ENVS["mxnet"], "cpu", base).replace(envs.ENVS_DIR, str(envs_dir)))
+        python = env_python(framework_envs.env_path(ENVS["mxnet"], "cpu", base).replace(bootstrap.ENVS_DIR, str(envs_dir)))
         out = subprocess.run([python, "-c", "import mxnet, onnxruntime, ipykernel; print(mxnet.__version__)"],
                              stdout=subprocess.PIPE, universal_newlines=True)
         assert out.returncode == 0 and out.stdout.strip() == "1.9.1"

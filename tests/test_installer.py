@@ -10,9 +10,10 @@ import time
 
 import pytest
 
-from runner import bootstrap, envs
-from runner.bootstrap import EnvError
-from runner.targets import ENVS
+from runner.envs import bootstrap
+from runner.envs import framework_envs
+from runner.base import EnvError
+from runner.envs.definitions import ENVS
 from tests.conftest import ROOT
 
 MACHINE_PIP = {"index_url": "https://pypi.org/simple", "extra_index_urls": ["file:///opt/pypi/simple"],
@@ -140,14 +141,14 @@ def test_uv_makes_an_environment_that_starts_as_venvs_and_upgrades_pip(tmp_path,
 # ---- environments made ahead ------------------------------------------------------------------------------------
 def fake_environments(monkeypatch, tmp_path, make):
     """start_ahead on fakes: every environment is missing, and ``make(env)`` stands for making it."""
-    monkeypatch.setattr(envs, "_stamp", lambda env, device, python, build: (
+    monkeypatch.setattr(framework_envs, "_stamp", lambda env, device, python, build: (
         "python", "req", str(tmp_path / env.name), "3.11.7", {"s": 1}))
 
     def ensure(env, device, python, announce, build, wheelhouse, progress=None, creating=None):
         announce(creating("Python 3.11.7, envs/%s-cpu.txt, uv" % env.name, str(tmp_path / "x.log")))
         progress("uv installs 7 packages")
         return make(env)
-    monkeypatch.setattr(envs, "_ensure", ensure)
+    monkeypatch.setattr(framework_envs, "_ensure", ensure)
 
 
 def jobs(*names):
@@ -164,32 +165,32 @@ def test_environments_made_ahead_are_waited_for_and_a_failed_one_fails_its_rows_
     printed = []
     try:
         t0 = time.monotonic()
-        assert envs.start_ahead(jobs("pytorch", "mxnet", "pytorch", "jax"), workers=2) == 3   # repeats once
-        assert envs.ensure(ENVS["pytorch"], "cpu", announce=printed.append) == "ds2-pytorch-cpu"
+        assert framework_envs.start_ahead(jobs("pytorch", "mxnet", "pytorch", "jax"), workers=2) == 3   # repeats once
+        assert framework_envs.ensure(ENVS["pytorch"], "cpu", announce=printed.append) == "ds2-pytorch-cpu"
         with pytest.raises(EnvError, match="no numpy"):
-            envs.ensure(ENVS["mxnet"], "cpu", announce=printed.append)
+            framework_envs.ensure(ENVS["mxnet"], "cpu", announce=printed.append)
         with pytest.raises(EnvError, match="no numpy"):       # its second row: the same reason, not made again
-            envs.ensure(ENVS["mxnet"], "cpu", announce=printed.append)
-        assert envs.ensure(ENVS["jax"], "cpu", announce=printed.append) == "ds2-jax-cpu"
-        assert sorted(envs.made_between(t0, time.monotonic())) == ["jax-cpu", "mxnet-cpu", "pytorch-cpu"]
-        assert envs.made_between(time.monotonic(), time.monotonic() + 1) == []
+            framework_envs.ensure(ENVS["mxnet"], "cpu", announce=printed.append)
+        assert framework_envs.ensure(ENVS["jax"], "cpu", announce=printed.append) == "ds2-jax-cpu"
+        assert sorted(framework_envs.made_between(t0, time.monotonic())) == ["jax-cpu", "mxnet-cpu", "pytorch-cpu"]
+        assert framework_envs.made_between(time.monotonic(), time.monotonic() + 1) == []
     finally:
-        envs.stop_ahead()
+        framework_envs.stop_ahead()
     text = "\n".join(printed)
     assert "environment 1/3: pytorch-cpu: being made (Python 3.11.7, envs/pytorch-cpu.txt, uv); log: " in text
     assert "environment 2/3: mxnet-cpu: failed: pip install -r envs/mxnet-cpu.txt failed: no numpy" in text
     assert "environment 3/3: jax-cpu: installing 7 packages" in text and "environment 3/3: jax-cpu: ready in" in text
-    assert not envs._ahead and not envs._threads
+    assert not framework_envs._ahead and not framework_envs._threads
 
 
 def test_quiet_environments_made_ahead_say_only_what_is_made_and_what_failed(tmp_path, monkeypatch):
     fake_environments(monkeypatch, tmp_path, lambda env: "k")
     printed = []
     try:
-        envs.start_ahead(jobs("pytorch"), verbose=False)
-        envs.ensure(ENVS["pytorch"], "cpu", announce=printed.append)
+        framework_envs.start_ahead(jobs("pytorch"), verbose=False)
+        framework_envs.ensure(ENVS["pytorch"], "cpu", announce=printed.append)
     finally:
-        envs.stop_ahead()
+        framework_envs.stop_ahead()
     assert len(printed) == 1 and printed[0].startswith("environment 1/1: pytorch-cpu: being made ("), printed
 
 
@@ -222,15 +223,15 @@ def wait_for_pids(tmp_path, names, seconds=30):
 
 def test_stopping_ends_every_install_command_still_running(tmp_path, monkeypatch):
     fake_environments(monkeypatch, tmp_path, sleeper(tmp_path))
-    envs.start_ahead(jobs("pytorch", "jax"), workers=2)
+    framework_envs.start_ahead(jobs("pytorch", "jax"), workers=2)
     try:
         pids = wait_for_pids(tmp_path, ["pytorch", "jax"])
     finally:
         t0 = time.time()
-        envs.stop_ahead()
+        framework_envs.stop_ahead()
     assert time.time() - t0 < 10
     assert not [p for p in pids if pid_alive(p)]
-    assert not envs._ahead and not envs._threads and not bootstrap._children
+    assert not framework_envs._ahead and not framework_envs._threads and not bootstrap._children
 
 
 DRIVER = textwrap.dedent("""

@@ -13,8 +13,14 @@ import pytest
 
 from common import exports, results
 from common.spec import get_preset
-from runner import cli, envs, execute, migrate, report
-from runner.targets import TARGETS, Target, control_precision_error
+from runner import cli
+from runner.envs import framework_envs
+from runner.run import execute
+from runner import migrate
+from runner.report import render
+from runner.report import checks
+from runner.report import tables
+from runner.run.targets import TARGETS, Target, control_precision_error
 from tests.conftest import ROOT
 from tests.test_report import fixture_record
 
@@ -31,7 +37,7 @@ def fake(name, flavor="a", mode="ok"):
 @pytest.fixture
 def python_kernel(monkeypatch):
     """Every environment is the runner's own interpreter (its ``python3`` kernel): the fixture needs NumPy only."""
-    monkeypatch.setattr(envs, "ensure", lambda *a, **k: "python3")
+    monkeypatch.setattr(framework_envs, "ensure", lambda *a, **k: "python3")
 
 
 def options(results_dir):
@@ -139,7 +145,7 @@ def matrix(tmp_path, python_kernel):
 def test_a_matrix_into_named_destinations_runs_those_pairs_only(tmp_path):
     a, b, c = fake("fake-a", "a"), fake("pytorch", "b"), fake("fake-c", "a")
     kernels, pairs = [], []
-    import runner.migrate as m
+    from runner import migrate as m
 
     def kernel_for(target, opts, announce):
         kernels.append(target.name)
@@ -192,7 +198,7 @@ def test_a_matrix_of_two_fake_frameworks(matrix):
 def test_report_renders_the_matrix_and_the_convention_notes(matrix, tmp_path):
     opts, _, recs = matrix
     out = str(tmp_path / "results.md")
-    report.write(opts.results_dir, out, "python run_all.py --migrate", "abc")
+    render.write(opts.results_dir, out, "python run_all.py --migrate", "abc")
     md = open(out).read()
     section = md.split("## Migration matrix (smoke, fp32, ")[1].split("\n## ")[0]
     rows = [line for line in section.splitlines() if line.startswith("| ")]
@@ -226,7 +232,7 @@ def test_a_missing_source_and_a_failing_destination_do_not_stop_the_others(tmp_p
     assert ignored["status"] == "failed" and "does its section 5 load init_weights?" in ignored["error"]
     # the page shows each failed cell's reason as a numbered note
     out = str(tmp_path / "results.md")
-    report.write(opts.results_dir, out, "python run_all.py --migrate", "abc")
+    render.write(opts.results_dir, out, "python run_all.py --migrate", "abc")
     md = open(out).read()
     assert "failed [1]" in md and "fake-c \u2192 fake-a: no export of fake-c" in md
 
@@ -332,16 +338,16 @@ def test_fp64_control_is_a_column_and_a_dashed_line_never_a_row(tmp_path):
     for rec in recs:
         results.write_record(str(d / ("%s_%s.json" % (rec["target"], rec["precision"]))), rec)
     out = str(tmp_path / "results.md")
-    report.write(str(tmp_path / "results"), out, "python run_all.py", "abc")
+    render.write(str(tmp_path / "results"), out, "python run_all.py", "abc")
     md = open(out).read()
     before_agreement, agreement = md.split("## Do they compute the same thing?")
     assert "fp64" not in before_agreement.split("from 3 result record(s)")[1]     # no table or plot row
     table = first_table(agreement)
-    assert report.CONTROL_COLUMN in table and "pytorch fp64" not in table
+    assert checks.CONTROL_COLUMN in table and "pytorch fp64" not in table
     tf_row = next(line for line in table.splitlines() if line.startswith("| tensorflow fp32"))
     assert "3.0e-06" in tf_row
     torch_row = next(line for line in table.splitlines() if line.startswith("| pytorch fp32"))
     assert "1.0e-07" in torch_row
     assert "**Float64 control.**" in agreement and "PyTorch fp32's own deviation over its 12 steps: 1.0e-07" in agreement
-    rows = report.speed_rows([r for r in recs if not report.is_control(r)])
+    rows = tables.speed_rows([r for r in recs if not checks.is_control(r)])
     assert all(row["Precision"] != "fp64" for _, rws in rows.values() for row in rws)

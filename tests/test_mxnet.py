@@ -8,10 +8,11 @@ import os
 import pytest
 
 from common.spec import get_preset
-from runner import envs, execute
-from runner.bootstrap import EnvError
-from runner import preflight
-from runner.targets import TARGETS
+from runner.envs import framework_envs
+from runner.run import execute
+from runner.base import EnvError
+from runner.envs import gpu_preflight
+from runner.run.targets import TARGETS
 from tests.conftest import ROOT
 
 H100 = {"name": "NVIDIA H100 80GB HBM3", "driver": "580.65.06", "memory_mib": 81559, "compute_capability": "9.0"}
@@ -19,8 +20,8 @@ A100 = {"name": "NVIDIA A100-SXM4-40GB", "driver": "580.65.06", "memory_mib": 40
 
 
 def mxnet_gpu_unsupported(cc):
-    build = preflight.get_build("mxnet", "cu112")
-    return preflight.arch_verdict(build, preflight.parse_compute_capability(cc))[0]
+    build = gpu_preflight.get_build("mxnet", "cu112")
+    return gpu_preflight.arch_verdict(build, gpu_preflight.parse_compute_capability(cc))[0]
 
 
 @pytest.mark.parametrize("cc", ["5.0", "5.2", "6.0", "6.1", "7.0", "7.5", "8.0", "8.6", "8.9"])
@@ -47,7 +48,7 @@ def run_mxnet(tmp_path, monkeypatch, gpu, precision="fp32"):
         built.append((env.name, device))
         raise EnvError("stopped by the test before building %s-%s" % (env.name, device))
 
-    monkeypatch.setattr(envs, "ensure", no_env)
+    monkeypatch.setattr(framework_envs, "ensure", no_env)
     opts = execute.RunOptions(get_preset("smoke"), precision, 0, "cuda", str(tmp_path), gpu=gpu, progress=False,
                               command="python run_all.py --device cuda")
     record = execute.run_target(TARGETS["mxnet"], opts, announce=lambda *a: None)
@@ -88,7 +89,7 @@ def test_pins_keep_numpy_below_1_24():
 
 
 def test_kernel_finds_the_cuda_11_libraries_of_the_nvidia_wheels(tmp_path):
-    from runner.targets import ENVS, mxnet_kernel_env
+    from runner.envs.definitions import ENVS, mxnet_kernel_env
     assert ENVS["mxnet"].kernel_env is mxnet_kernel_env
     assert mxnet_kernel_env(str(tmp_path)) == {}                      # the CPU environment: nothing
     site = tmp_path / "lib" / "python3.11" / "site-packages" / "nvidia"

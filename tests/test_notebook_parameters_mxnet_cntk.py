@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from common.spec import LOSS_RTOL
-from runner import targets
+from runner.run import targets
 from tests.conftest import FIRST_LOSS_RTOL, K_STEPS, ROOT, selected_targets, variant_rtol
 
 NOTEBOOKS = {"mxnet": "MXNet_DS2.ipynb", "cntk": "CNTK_DS2.ipynb"}

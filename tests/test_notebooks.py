@@ -13,7 +13,7 @@ from common.spec import get_preset
 from common.weights import canonical_weights
 from common.flops import pass_flops
 from common.spec import LOSS_RTOL
-from runner.targets import TARGETS, VARIANTS
+from runner.run.targets import TARGETS, VARIANTS
 from tests.conftest import (FIRST_LOSS_RTOL, K_STEPS, TRAJECTORY_RTOL, bf16_cpu_targets, full_targets, ok_record,
                             selected_targets, variant_rtol)
 

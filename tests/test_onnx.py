@@ -10,9 +10,9 @@ import pytest
 
 from common import onnx_check, results
 from common.spec import get_preset
-from runner import report
+from runner.report import checks
 from runner.migrate import repo_path
-from runner.targets import TARGETS
+from runner.run.targets import TARGETS
 from tests.conftest import full_targets, ok_record, ROOT, selected_targets
 
 import onnx          # noqa: E402  pinned in the runner environment (envs/runner.txt), as onnxruntime
@@ -234,11 +234,11 @@ def test_onnx_table_rows():
         op="RNN"))
     old = fixture_record("cntk", "CNTK", LOSSES, 400.0)
     broken = results.failed_record("jax", "failed", "boom", framework="JAX", preset="smoke", precision="fp32")
-    rows = report.onnx_rows([ok, failed, old, broken])
+    rows = checks.onnx_rows([ok, failed, old, broken])
     assert [r["Row"] for r in rows] == ["pytorch fp32", "mxnet fp32"]      # no row for a record without a section
     assert rows[0]["ONNX"] == "ok" and rows[0]["MB"] == 2.5 and rows[0]["Nodes"] == "9 (RNN 2, Conv 2, Clip 4)"
     assert rows[0]["onnxruntime \u00f7 framework"] == 3.0
     assert rows[1]["ONNX"] == "failed" and rows[1]["Reason / workaround"].startswith("RNN: AttributeError")
-    text = "\n".join(report.onnx_section([ok, failed, old]))
+    text = "\n".join(checks.onnx_section([ok, failed, old]))
     assert "## ONNX exit route" in text and "| pytorch fp32 | smoke | 8 |" in text and "1e-4" in text
     assert "1 older record has no ONNX section" in text and "| cntk" not in text

@@ -2,7 +2,7 @@
 import os
 import re
 
-from runner.targets import ENVS
+from runner.envs.definitions import ENVS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

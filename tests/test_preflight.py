@@ -13,9 +13,13 @@ import pytest
 
 from common import envinfo
 from common.spec import get_preset
-from runner import envs, execute, preflight, targets
-from runner.bootstrap import EnvError
-from runner.targets import ENVS, TARGETS
+from runner.envs import framework_envs
+from runner.run import execute
+from runner.envs import gpu_preflight
+from runner.envs import definitions
+from runner.base import EnvError
+from runner.envs.definitions import ENVS
+from runner.run.targets import TARGETS
 from tests.conftest import ROOT
 
 sys.path.insert(0, os.path.join(ROOT, "tools"))
@@ -57,27 +61,27 @@ EXPECTED = {
 
 
 def gpu(machine):
-    (g,) = preflight.parse_nvidia_smi(SMI[machine])
+    (g,) = gpu_preflight.parse_nvidia_smi(SMI[machine])
     return g
 
 
 def test_parser():
     assert gpu("v100-535") == {"name": "Tesla V100-SXM2-16GB", "driver": "535.183.01", "memory_mib": 16384,
                                "compute_capability": "7.0"}
-    two = preflight.parse_nvidia_smi(SMI["h100-580"] + SMI["a100-550"])
+    two = gpu_preflight.parse_nvidia_smi(SMI["h100-580"] + SMI["a100-550"])
     assert [g["name"] for g in two] == ["NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-40GB"]
     # drivers older than 510 do not know compute_cap: three fields
-    (old,) = preflight.parse_nvidia_smi("Tesla V100-PCIE-16GB, 470.256.02, 16160\n")
+    (old,) = gpu_preflight.parse_nvidia_smi("Tesla V100-PCIE-16GB, 470.256.02, 16160\n")
     assert old == {"name": "Tesla V100-PCIE-16GB", "driver": "470.256.02", "memory_mib": 16160}
-    assert preflight.parse_nvidia_smi("") == [] and preflight.parse_nvidia_smi("\n\n") == []
-    assert preflight.parse_version("535.183.01") == (535, 183, 1) and preflight.parse_version("[N/A]") is None
-    assert preflight.parse_compute_capability("12.0") == (12, 0)
-    assert preflight.parse_compute_capability("[N/A]") is None
+    assert gpu_preflight.parse_nvidia_smi("") == [] and gpu_preflight.parse_nvidia_smi("\n\n") == []
+    assert gpu_preflight.parse_version("535.183.01") == (535, 183, 1) and gpu_preflight.parse_version("[N/A]") is None
+    assert gpu_preflight.parse_compute_capability("12.0") == (12, 0)
+    assert gpu_preflight.parse_compute_capability("[N/A]") is None
 
 
 @pytest.mark.parametrize("machine", sorted(EXPECTED))
 def test_every_target_gets_its_build_or_reason(machine):
-    decisions = preflight.plan(TARGETS.values(), gpu(machine))
+    decisions = gpu_preflight.plan(TARGETS.values(), gpu(machine))
     assert list(decisions) == list(TARGETS)
     for name, expected in EXPECTED[machine].items():
         d = decisions[name]
@@ -91,92 +95,92 @@ def test_every_target_gets_its_build_or_reason(machine):
 
 
 def test_jit_decisions_carry_the_warm_up_caveat():
-    d = preflight.decide("cntk", gpu("a100-550"))
+    d = gpu_preflight.decide("cntk", gpu("a100-550"))
     assert d.how == "jit" and "PTX JIT" in d.describe() and "minutes" in d.describe()
 
 
 def test_no_gpu_is_the_cpu_builds():
-    assert preflight.report(TARGETS.values(), []) == [
+    assert gpu_preflight.report(TARGETS.values(), []) == [
         "GPU preflight: no NVIDIA GPU visible (nvidia-smi missing or lists none): the CPU builds "
         "(envs/<env>-cpu.txt) run."]
 
 
 def test_an_old_driver_runs_nothing_that_needs_a_newer_one():
     old = {"name": "Tesla V100-SXM2-16GB", "driver": "470.256.02", "compute_capability": "7.0"}
-    d = preflight.decide("pytorch", old)
+    d = gpu_preflight.decide("pytorch", old)
     assert not d.runs and d.reason.startswith("no build runs here: ")
     for words in ("CUDA 13.0 build: it needs NVIDIA driver >= 580.65.06, this machine has 470.256.02",
                   "CUDA 12.8 build: it needs NVIDIA driver >= 525.60.13", "CUDA 12.6 build"):
         assert words in d.reason
-    assert preflight.decide("mxnet", old).build.name == "cu112"          # CUDA 11: >= 450.80.02
-    assert preflight.decide("cntk", old).build.name == "cu100"
-    assert not preflight.decide("jax", old).runs
+    assert gpu_preflight.decide("mxnet", old).build.name == "cu112"          # CUDA 11: >= 450.80.02
+    assert gpu_preflight.decide("cntk", old).build.name == "cu100"
+    assert not gpu_preflight.decide("jax", old).runs
 
 
 def test_pascal_gets_the_cuda_12_6_pytorch_and_no_cuda_13_jax():
     p100 = {"name": "Tesla P100-PCIE-16GB", "driver": "580.65.06", "compute_capability": "6.0"}
-    assert preflight.decide("pytorch", p100).build.name == "cu126"
-    assert preflight.decide("jax", p100).build.name == "cuda12"
+    assert gpu_preflight.decide("pytorch", p100).build.name == "cu126"
+    assert gpu_preflight.decide("jax", p100).build.name == "cuda12"
     kepler = {"name": "Tesla K80", "driver": "470.256.02", "compute_capability": "3.7"}
-    assert "sm_37" in preflight.decide("mxnet", kepler).reason
+    assert "sm_37" in gpu_preflight.decide("mxnet", kepler).reason
 
 
 def test_mxnet_on_every_architecture():
-    build = preflight.get_build("mxnet", "cu112")
+    build = gpu_preflight.get_build("mxnet", "cu112")
     for cc in [(5, 0), (5, 2), (6, 0), (6, 1), (7, 0), (7, 5), (8, 0), (8, 6), (8, 9)]:
-        assert preflight.arch_verdict(build, cc) == (None, "sass"), cc
+        assert gpu_preflight.arch_verdict(build, cc) == (None, "sass"), cc
     for cc in [(3, 7), (9, 0), (10, 0), (12, 0)]:
-        reason, how = preflight.arch_verdict(build, cc)
+        reason, how = gpu_preflight.arch_verdict(build, cc)
         assert how is None and "sm_%d%d GPU" % cc in reason and "no PTX" in reason
-    assert preflight.arch_verdict(build, None) == (None, None)       # unknown: let it try
+    assert gpu_preflight.arch_verdict(build, None) == (None, None)       # unknown: let it try
 
 
 def test_unknown_compute_capability_is_not_refused():
-    d = preflight.decide("mxnet", {"name": "?", "driver": "550.90.07"})
+    d = gpu_preflight.decide("mxnet", {"name": "?", "driver": "550.90.07"})
     assert d.runs and d.how is None
 
 
 def test_a_forced_build_runs_with_a_warning_when_the_facts_say_no():
-    d = preflight.decide("pytorch", gpu("h100-580"), "cu126")
+    d = gpu_preflight.decide("pytorch", gpu("h100-580"), "cu126")
     assert d.runs and d.forced and d.build.name == "cu126" and d.warning is None     # sm_90 SASS
-    d = preflight.decide("pytorch", gpu("v100-535"), "cu130")
+    d = gpu_preflight.decide("pytorch", gpu("v100-535"), "cu130")
     assert d.runs and d.forced and "needs NVIDIA driver >= 580" in d.warning and "WARNING" in d.describe()
     with pytest.raises(ValueError, match="unknown build 'cu999' for pytorch; choose from: cu130, cu128, cu126"):
-        preflight.decide("pytorch", gpu("v100-535"), "cu999")
+        gpu_preflight.decide("pytorch", gpu("v100-535"), "cu999")
 
 
 def test_overrides():
-    assert preflight.parse_overrides("pytorch=cu126, jax=cuda12") == {"pytorch": "cu126", "jax": "cuda12"}
-    assert preflight.parse_overrides("") == {} and preflight.parse_overrides(None) == {}
+    assert gpu_preflight.parse_overrides("pytorch=cu126, jax=cuda12") == {"pytorch": "cu126", "jax": "cuda12"}
+    assert gpu_preflight.parse_overrides("") == {} and gpu_preflight.parse_overrides(None) == {}
     for bad, message in [("pytorch", "expected ENV=BUILD"), ("theano=cu1", "unknown environment 'theano'"),
                          ("jax=cu126", "unknown build 'cu126' for jax")]:
         with pytest.raises(ValueError, match=message):
-            preflight.parse_overrides(bad)
-    assert preflight.env_overrides({"DS2_GPU_BUILD": "pytorch=cu128"}) == {"pytorch": "cu128"}
+            gpu_preflight.parse_overrides(bad)
+    assert gpu_preflight.env_overrides({"DS2_GPU_BUILD": "pytorch=cu128"}) == {"pytorch": "cu128"}
 
 
 def test_tf32_needs_ampere():
-    assert "sm_70" in preflight.precision_reason("tf32", gpu("v100-535"))
-    assert preflight.precision_reason("tf32", gpu("a100-550")) is None
-    assert preflight.precision_reason("bf16", gpu("v100-535")) is None
+    assert "sm_70" in gpu_preflight.precision_reason("tf32", gpu("v100-535"))
+    assert gpu_preflight.precision_reason("tf32", gpu("a100-550")) is None
+    assert gpu_preflight.precision_reason("bf16", gpu("v100-535")) is None
 
 
 def test_every_build_has_pins_and_facts():
-    for env, builds in preflight.BUILDS.items():
+    for env, builds in gpu_preflight.BUILDS.items():
         assert env in ENVS and builds
         assert len({b.name for b in builds}) == len(builds)
         for b in builds:
             assert os.path.exists(os.path.join(ROOT, "envs", b.pins)), b.pins
-            assert b.cuda_major in preflight.DRIVER_MINIMUM and b.source
+            assert b.cuda_major in gpu_preflight.DRIVER_MINIMUM and b.source
             assert b.sass or b.ptx or b.codegen
     # the GPU pins every environment had before stay the default build of its environment
     for env in ENVS.values():
-        assert env.requirements("cuda") in [os.path.join(ROOT, "envs", b.pins) for b in preflight.builds(env.name)]
+        assert env.requirements("cuda") in [os.path.join(ROOT, "envs", b.pins) for b in gpu_preflight.builds(env.name)]
 
 
 def test_build_pins_differ_from_the_default_only_in_the_framework():
     from tests.test_pins import requirement_pins
-    for env, builds in preflight.BUILDS.items():
+    for env, builds in gpu_preflight.BUILDS.items():
         default = requirement_pins(ENVS[env].requirements("cuda"))
         for b in builds:
             with open(os.path.join(ROOT, "envs", b.pins)) as f:
@@ -196,14 +200,14 @@ def test_build_pins_differ_from_the_default_only_in_the_framework():
 
 # ---- the environment and the record of the chosen build ---------------------------------------------
 def test_each_build_gets_its_own_environment_and_kernel(tmp_path):
-    cu126, cu130 = preflight.get_build("pytorch", "cu126"), preflight.get_build("pytorch", "cu130")
-    assert os.path.basename(envs.env_path(ENVS["pytorch"], "cuda", build=cu126)) == "pytorch-cuda-cu126"
-    assert os.path.basename(envs.env_path(ENVS["pytorch"], "cuda", build=cu130)) == "pytorch-cuda-cu130"
-    assert envs.kernel_name(ENVS["pytorch"], "cuda", build=cu126) == "ds2-pytorch-cuda-cu126"
+    cu126, cu130 = gpu_preflight.get_build("pytorch", "cu126"), gpu_preflight.get_build("pytorch", "cu130")
+    assert os.path.basename(framework_envs.env_path(ENVS["pytorch"], "cuda", build=cu126)) == "pytorch-cuda-cu126"
+    assert os.path.basename(framework_envs.env_path(ENVS["pytorch"], "cuda", build=cu130)) == "pytorch-cuda-cu130"
+    assert framework_envs.kernel_name(ENVS["pytorch"], "cuda", build=cu126) == "ds2-pytorch-cuda-cu126"
     assert ENVS["pytorch"].requirements("cuda", cu126).endswith("envs/pytorch-cuda-cu126.txt")
-    mx = preflight.get_build("mxnet", "cu112")       # one build: the name it always had
-    assert os.path.basename(envs.env_path(ENVS["mxnet"], "cuda", build=mx)) == "mxnet-cuda"
-    assert os.path.basename(envs.env_path(ENVS["pytorch"], "cpu", build=None)) == "pytorch-cpu"
+    mx = gpu_preflight.get_build("mxnet", "cu112")       # one build: the name it always had
+    assert os.path.basename(framework_envs.env_path(ENVS["mxnet"], "cuda", build=mx)) == "mxnet-cuda"
+    assert os.path.basename(framework_envs.env_path(ENVS["pytorch"], "cpu", build=None)) == "pytorch-cpu"
 
 
 def test_the_stamp_records_the_build(tmp_path, monkeypatch):
@@ -213,10 +217,10 @@ def test_the_stamp_records_the_build(tmp_path, monkeypatch):
         made.update(path=path, req=req, stamp=stamp)
         raise EnvError("stopped by the test")
 
-    monkeypatch.setattr(envs, "create_venv", fake_create)
-    monkeypatch.setattr(envs, "ENVS_DIR", str(tmp_path))
+    monkeypatch.setattr(framework_envs, "create_venv", fake_create)
+    monkeypatch.setattr(framework_envs, "ENVS_DIR", str(tmp_path))
     with pytest.raises(EnvError):
-        envs.ensure(ENVS["pytorch"], "cuda", announce=lambda *a: None, build=preflight.get_build("pytorch", "cu128"))
+        framework_envs.ensure(ENVS["pytorch"], "cuda", announce=lambda *a: None, build=gpu_preflight.get_build("pytorch", "cu128"))
     assert made["req"].endswith("envs/pytorch-cuda-cu128.txt")
     assert made["stamp"]["gpu_build"] == {"build": "cu128", "package": "torch 2.13.0+cu128 (download.pytorch.org/whl/cu128)",
                                           "cuda": "12.8", "pins": "envs/pytorch-cuda-cu128.txt"}
@@ -230,7 +234,7 @@ def run_on(tmp_path, monkeypatch, target, machine, precision="fp32", gpu_builds=
         built.append((env.name, device, build.name if build else None))
         raise EnvError("stopped by the test before building %s" % env.name)
 
-    monkeypatch.setattr(envs, "ensure", no_env)
+    monkeypatch.setattr(framework_envs, "ensure", no_env)
     opts = execute.RunOptions(get_preset("smoke"), precision, 0, "cuda", str(tmp_path), gpu=gpu(machine),
                               progress=False, command="python run_all.py", gpu_builds=gpu_builds)
     record = execute.run_target(TARGETS[target], opts, announce=lambda *a: None)
@@ -243,7 +247,7 @@ def test_run_builds_the_chosen_build_and_records_it(tmp_path, monkeypatch):
     record, built = run_on(tmp_path, monkeypatch, "keras-torch", "v100-535")
     assert built == [("pytorch", "cuda", "cu128")]
     assert record["run"]["environment"] == "envs/pytorch-cuda-cu128.txt"
-    assert record["run"]["gpu_build"] == {"env": "pytorch", "build": "cu128", "package": preflight.get_build(
+    assert record["run"]["gpu_build"] == {"env": "pytorch", "build": "cu128", "package": gpu_preflight.get_build(
         "pytorch", "cu128").package, "cuda": "12.8", "pins": "envs/pytorch-cuda-cu128.txt", "chosen": "auto",
         "runs_via": "sass", "facts_verified": False}
 
@@ -294,7 +298,7 @@ def test_check_prints_the_preflight(tmp_path):
     assert set(rows) == set(TARGETS)
     assert "cu128 (torch 2.13.0+cu128" in rows["pytorch"] and "cu100" in rows["cntk"]
     builds = lines[end + 1:]
-    assert len(builds) == sum(len(b) for b in preflight.BUILDS.values())
+    assert len(builds) == sum(len(b) for b in gpu_preflight.BUILDS.values())
     assert any(l.split()[:2] == ["pytorch", "cu130"] and "needs NVIDIA driver >= 580.65.06" in l for l in builds)
     assert any(l.split()[:2] == ["mxnet", "cu112"] and l.endswith("runs here") for l in builds)
 
@@ -330,12 +334,12 @@ def test_cntk_kernel_environment_keeps_a_driver_directory_from_ld_library_path(t
     (other / "libfoo.so.1").write_text("")
     venv = str(tmp_path / "venv")
     environ = {"LD_LIBRARY_PATH": os.pathsep.join([str(other), str(driver), "", str(nvml), str(driver)])}
-    env = targets.cntk_kernel_env(venv, environ)
-    assert env["LD_LIBRARY_PATH"].split(os.pathsep) == [targets.cntk_mpi_dir(venv), str(driver), str(nvml)]
+    env = definitions.cntk_kernel_env(venv, environ)
+    assert env["LD_LIBRARY_PATH"].split(os.pathsep) == [definitions.cntk_mpi_dir(venv), str(driver), str(nvml)]
     assert env["CUDA_CACHE_MAXSIZE"] == str(4 << 30)
     # without one: the soname links only (the default directories are reached through ld.so.cache)
-    alone = targets.cntk_kernel_env(venv, {"LD_LIBRARY_PATH": str(other)})["LD_LIBRARY_PATH"]
-    assert alone.split(os.pathsep)[0] == targets.cntk_mpi_dir(venv)
+    alone = definitions.cntk_kernel_env(venv, {"LD_LIBRARY_PATH": str(other)})["LD_LIBRARY_PATH"]
+    assert alone.split(os.pathsep)[0] == definitions.cntk_mpi_dir(venv)
     assert str(other) not in alone.split(os.pathsep)
     assert not set(alone.split(os.pathsep)) & {"/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib"}
 
@@ -343,10 +347,10 @@ def test_cntk_kernel_environment_keeps_a_driver_directory_from_ld_library_path(t
 def test_the_kernel_is_re_registered_when_its_environment_changes(tmp_path, monkeypatch):
     spec = tmp_path / "kernel.json"
     spec.write_text(json.dumps({"argv": ["python"], "env": {"LD_LIBRARY_PATH": "/old", "CUDA_CACHE_MAXSIZE": "1"}}))
-    assert not envs._kernel_env_current(ENVS["cntk"], str(tmp_path / "venv"), str(spec))
-    spec.write_text(json.dumps({"argv": ["python"], "env": targets.cntk_kernel_env(str(tmp_path / "venv"))}))
-    assert envs._kernel_env_current(ENVS["cntk"], str(tmp_path / "venv"), str(spec))
-    assert envs._kernel_env_current(ENVS["pytorch"], str(tmp_path / "venv"), str(spec))   # no kernel env
+    assert not framework_envs._kernel_env_current(ENVS["cntk"], str(tmp_path / "venv"), str(spec))
+    spec.write_text(json.dumps({"argv": ["python"], "env": definitions.cntk_kernel_env(str(tmp_path / "venv"))}))
+    assert framework_envs._kernel_env_current(ENVS["cntk"], str(tmp_path / "venv"), str(spec))
+    assert framework_envs._kernel_env_current(ENVS["pytorch"], str(tmp_path / "venv"), str(spec))   # no kernel env
 
 
 # ---- the fat-binary reader behind the architecture facts ----------------------------------------------
@@ -375,4 +379,4 @@ def test_fatbin_reader(tmp_path):
 def test_readme_table_is_the_one_the_facts_give():
     with open(os.path.join(ROOT, "docs", "gpus.md")) as f:
         readme = f.read()
-    assert "\n".join(preflight.gpu_table()) in readme, "regenerate with runner.preflight.gpu_table()"
+    assert "\n".join(gpu_preflight.gpu_table()) in readme, "regenerate with runner.preflight.gpu_table()"

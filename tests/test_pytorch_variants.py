@@ -23,7 +23,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from runner.targets import ALL_TARGETS, variants_of
+from runner.run.targets import ALL_TARGETS, variants_of
 from tests.conftest import K_STEPS, ROOT, env_interpreter, full_targets, selected_targets, variant_rtol
 
 pytestmark = pytest.mark.skipif("pytorch" not in selected_targets(),

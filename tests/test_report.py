@@ -6,7 +6,11 @@ import pytest
 
 from common import flops, results
 from common.spec import FULL_MODEL, PRESETS, SMOKE_MODEL
-from runner import report
+from runner.report import render
+from runner.report import gpu_facts
+from runner.report import plots
+from runner.report import records as report_records
+from runner.report import tables
 
 
 def fixture_record(target, framework, losses, speed, precision="fp32", device="AMD EPYC", dtype="cpu", **kw):
@@ -55,7 +59,7 @@ def records_dir(tmp_path):
 
 def test_page_from_fixture_records(records_dir, tmp_path):
     out = str(tmp_path / "results.md")
-    report.write(str(records_dir), out, "python run_all.py --preset smoke", "abc123")
+    render.write(str(records_dir), out, "python run_all.py --preset smoke", "abc123")
     md = open(out).read()
     for heading in ("# DS2 Rosetta results", "## Table of record", "## Speed and efficiency",
                     "## Measured matrix-product peak", "## Throughput", "## Batch size",
@@ -80,10 +84,10 @@ def test_page_from_fixture_records(records_dir, tmp_path):
 
 def test_plots_are_written_non_empty_and_embedded(records_dir, tmp_path):
     out = str(tmp_path / "results.md")
-    report.write(str(records_dir), out, "cmd", None)
+    render.write(str(records_dir), out, "cmd", None)
     md = open(out).read()
     for key in ("throughput", "step_time", "trajectories"):      # the FLOP and batch-size plots: below
-        name = report.PLOTS[key]
+        name = plots.PLOTS[key]
         path = records_dir / "plots" / name
         assert path.exists() and path.stat().st_size > 5000, name
         assert open(str(path), "rb").read(8) == b"\x89PNG\r\n\x1a\n"
@@ -95,7 +99,7 @@ def test_no_completed_runs(tmp_path):
     d = tmp_path / "records"
     d.mkdir()
     results.write_record(str(d / "cntk.json"), results.failed_record("cntk", "skipped", "no interpreter", framework="CNTK"))
-    md = report.render(str(tmp_path), "cmd", None, str(tmp_path / "results.md"))
+    md = render.render(str(tmp_path), "cmd", None, str(tmp_path / "results.md"))
     assert "skipped: no interpreter" in md and "_No completed runs._" in md
     assert not (tmp_path / "plots" / "throughput.png").exists()
 
@@ -107,8 +111,8 @@ def test_agreement_prefers_pytorch_on_the_same_device_and_precision(records_dir)
     torch_gpu["device"] = {"type": "cuda", "name": "H100"}
     jax_gpu = copy.deepcopy([r for r in recs if r["target"] == "jax"][0])
     jax_gpu["device"] = {"type": "cuda", "name": "H100"}
-    assert report.pytorch_twin(jax_gpu, recs + [torch_gpu]) is torch_gpu
-    assert report.pytorch_twin(jax_gpu, recs) is torch_cpu       # fp32 PyTorch on another device
+    assert report_records.pytorch_twin(jax_gpu, recs + [torch_gpu]) is torch_gpu
+    assert report_records.pytorch_twin(jax_gpu, recs) is torch_cpu       # fp32 PyTorch on another device
 
 
 # ---- speed, efficiency, variants, batch sizes, profiles (issue 11) ----------------------------------
@@ -174,7 +178,7 @@ def _table_rows(section, first_column):
 
 def test_speed_and_efficiency_table(efficiency_dir, tmp_path):
     out = str(tmp_path / "results.md")
-    report.write(str(efficiency_dir), out, "python run_all.py --variants --batch-size 8,32", "abc123")
+    render.write(str(efficiency_dir), out, "python run_all.py --variants --batch-size 8,32", "abc123")
     md = open(out).read()
     section = md.split("## Speed and efficiency")[1].split("## Measured matrix-product peak")[0]
     assert section.count("### smoke (scale 1, seed 0) on AMD EPYC") == 1          # one group: batch sizes together
@@ -212,7 +216,7 @@ def test_speed_and_efficiency_table(efficiency_dir, tmp_path):
 
 
 def test_peaks_per_device_and_theoretical(efficiency_dir, tmp_path):
-    md = report.render(str(efficiency_dir), "cmd", None, str(tmp_path / "results.md"))
+    md = render.render(str(efficiency_dir), "cmd", None, str(tmp_path / "results.md"))
     section = md.split("## Measured matrix-product peak")[1].split("## Throughput")[0]
     assert "### AMD EPYC" in section
     header, rows = _table_rows(section, "Row")
@@ -235,7 +239,7 @@ def test_shape_roofline_of_full_width_records(tmp_path):
         rec = fixture_record("pytorch", "PyTorch", LOSSES, 5.0, row_of_record="pytorch", preset=preset,
                              config=FULL_MODEL.to_dict(), flops=flops_of(50e9, 300e9))
         results.write_record(str(d / ("pytorch_%s.json" % preset)), rec)
-    md = report.render(str(tmp_path / "results"), "cmd", None, str(tmp_path / "results.md"))
+    md = render.render(str(tmp_path / "results"), "cmd", None, str(tmp_path / "results.md"))
     share = flops.sequential_share(FULL_MODEL)
     roof = 1 / (share / 15e9 + (1 - share) / 300e9)
     speed = md.split("## Speed and efficiency")[1].split("## Measured matrix-product peak")[0]
@@ -249,7 +253,7 @@ def test_shape_roofline_of_full_width_records(tmp_path):
 
 
 def test_where_the_time_goes(efficiency_dir, tmp_path):
-    md = report.render(str(efficiency_dir), "cmd", None, str(tmp_path / "results.md"))
+    md = render.render(str(efficiency_dir), "cmd", None, str(tmp_path / "results.md"))
     section = md.split("## Where the time goes")[1].split("## Do they compute the same thing?")[0]
     header, rows = _table_rows(section, "Row")
     assert len(rows) == 1
@@ -262,13 +266,13 @@ def test_where_the_time_goes(efficiency_dir, tmp_path):
 
 def test_flops_and_batch_size_plots(efficiency_dir, tmp_path):
     out = str(tmp_path / "results.md")
-    report.write(str(efficiency_dir), out, "cmd", None)
+    render.write(str(efficiency_dir), out, "cmd", None)
     md = open(out).read()
-    for name in report.PLOTS.values():
+    for name in plots.PLOTS.values():
         path = efficiency_dir / "plots" / name
         assert path.exists() and path.stat().st_size > 5000, name
         assert "](results/plots/%s)" % name in md
-    groups = report.sweep_groups(results.read_records(str(efficiency_dir / "records")))
+    groups = plots.sweep_groups(results.read_records(str(efficiency_dir / "records")))
     assert list(groups) == [("smoke", 1, 0, "AMD EPYC")]
     series = groups[("smoke", 1, 0, "AMD EPYC")]
     assert series[("pytorch", "fp32")] == [(8, 500.0), (32, 1000.0)] and series[("tensorflow", "fp32")] == [(8, 200.0), (32, 250.0)]
@@ -276,10 +280,10 @@ def test_flops_and_batch_size_plots(efficiency_dir, tmp_path):
 
 
 def test_records_without_the_new_sections_render_with_dashes(records_dir, tmp_path):
-    md = report.render(str(records_dir), "cmd", None, str(tmp_path / "results.md"))
+    md = render.render(str(records_dir), "cmd", None, str(tmp_path / "results.md"))
     assert "_No record has a measured matmul peak._" in md and "_No record has a profile section._" in md
     assert "_No preset ran on one device with more than one batch size._" in md
-    assert not (records_dir / "plots" / report.PLOTS["flops"]).exists()
+    assert not (records_dir / "plots" / plots.PLOTS["flops"]).exists()
     section = md.split("## Speed and efficiency")[1].split("## Measured matrix-product peak")[0]
     header, rows = _table_rows(section, "Row")
     assert rows[("jax", "8")]["Achieved GFLOP/s"] == "\u2013" and rows[("jax", "8")]["\u00f7 fastest of group"] == "1.00"
@@ -288,14 +292,14 @@ def test_records_without_the_new_sections_render_with_dashes(records_dir, tmp_pa
 
 def test_variant_of_a_record_without_row_of_record():
     rec = fixture_record("jax+unroll", "JAX", [1.0] * 4, 10.0)
-    assert report.row_of_record(rec) == "jax" and report.is_variant(rec)
-    assert not report.is_variant(fixture_record("keras-jax", "Keras 3", [1.0] * 4, 10.0))
+    assert report_records.row_of_record(rec) == "jax" and report_records.is_variant(rec)
+    assert not report_records.is_variant(fixture_record("keras-jax", "Keras 3", [1.0] * 4, 10.0))
 
 
 def test_flop_unit_by_magnitude():
-    assert report.flop_unit([3e9, 9e11]) == (1e9, "GFLOP/s")
-    assert report.flop_unit([3e9, 1.2e12]) == (1e12, "TFLOP/s")
-    assert report.flop_unit([None]) == (1e9, "GFLOP/s")
+    assert report_records.flop_unit([3e9, 9e11]) == (1e9, "GFLOP/s")
+    assert report_records.flop_unit([3e9, 1.2e12]) == (1e12, "TFLOP/s")
+    assert report_records.flop_unit([None]) == (1e9, "GFLOP/s")
 
 
 COMMITTED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results", "records")
@@ -313,7 +317,7 @@ def test_committed_records_efficiency_is_plausible():
         assert 0 < eff < 1.2, "%s: efficiency %r" % (rec["target"], eff)
         f = rec["flops"]
         assert f["efficiency"] == pytest.approx(f["achieved_per_s"] / f["peak_matmul_per_s"], rel=1e-9)
-        roof = report._roofline(rec)                       # a ceiling: no full-width row reaches it
+        roof = report_records._roofline(rec)                       # a ceiling: no full-width row reaches it
         assert roof is None or 0 < f["achieved_per_s"] < roof, "%s: achieved %r, roofline %r" % (
             rec["target"], f["achieved_per_s"], roof)
         checked.append(rec["target"])
@@ -342,7 +346,7 @@ def _grouped_records(tmp_path, gpu=False):
             rec.pop("onnx", None)
         results.write_record(str(d / ("%02d_%s.json" % (i, rec["target"]))), rec)
     out = str(tmp_path / "results.md")
-    report.write(str(tmp_path / "results"), out, "python -m runner.report", "abc")
+    render.write(str(tmp_path / "results"), out, "python -m runner.report", "abc")
     return open(out).read()
 
 
@@ -432,14 +436,14 @@ def test_a_corrupt_record_is_one_warning_line_and_the_page_is_still_written(reco
 
 def test_a_crash_while_rendering_leaves_the_old_page_whole(records_dir, tmp_path, monkeypatch):
     out = tmp_path / "results.md"
-    report.write(str(records_dir), str(out), "the first command", None)
+    render.write(str(records_dir), str(out), "the first command", None)
     old = out.read_text()
 
     def boom(records):
         raise RuntimeError("rendering failed")
-    monkeypatch.setattr(report, "environment_rows", boom)
+    monkeypatch.setattr(render, "environment_rows", boom)
     with pytest.raises(RuntimeError):
-        report.write(str(records_dir), str(out), "the second command", None)
+        render.write(str(records_dir), str(out), "the second command", None)
     assert out.read_text() == old
     assert not [p for p in tmp_path.iterdir() if "partial" in p.name]
 
@@ -459,7 +463,7 @@ def test_latency_roofline_column_for_the_card_with_figures(tmp_path):
                "precisions": {"fp32": {"t_step_s": 14e-6, "gemm_flops_per_s": {"input": 50e12, "recurrent": 5e12}}}}
     (tmp_path / "latency").mkdir()
     (tmp_path / "latency" / "h200.json").write_text(json.dumps(latency))
-    md = report.render(str(tmp_path), "cmd", None, str(tmp_path / "results.md"))
+    md = render.render(str(tmp_path), "cmd", None, str(tmp_path / "results.md"))
     speed = md.split("## Speed and efficiency")[1].split("## Measured matrix-product peak")[0]
     quick, smoke = speed.split("### quick")[1].split("###")[0], speed.split("### smoke")[1].split("###")[0]
     bound = roofline.epoch_bound(FULL_MODEL, roofline.deepmark_batches(32, 64), 14e-6, 50e12)["audio_s_per_s"]
@@ -475,13 +479,13 @@ def test_latency_roofline_column_for_the_card_with_figures(tmp_path):
     ("AMD EPYC 7B13 64-Core Processor", "EPYC"), ("NVIDIA GeForce RTX 4090", "RTX 4090"),
     ("NVIDIA A100-SXM4-80GB", "A100"), ("NVIDIA H100 80GB HBM3", "H100"), (None, "?")])
 def test_short_device_names(name, short):
-    assert report.short_device(name) == short
+    assert report_records.short_device(name) == short
 
 
 def test_two_devices_with_one_short_name_keep_their_full_names():
     keys = [("cuda", "NVIDIA H100 80GB HBM3", "quick"), ("cuda", "NVIDIA H100 PCIe", "quick"),
             ("cpu", "AMD EPYC", "smoke")]
-    assert list(report.device_short_names(keys).values()) == ["NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "EPYC"]
+    assert list(tables.device_short_names(keys).values()) == ["NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "EPYC"]
 
 
 def _summary_of(tmp_path, recs, command="python -m runner.report"):
@@ -489,7 +493,7 @@ def _summary_of(tmp_path, recs, command="python -m runner.report"):
     d.mkdir(parents=True)
     for i, rec in enumerate(recs):
         results.write_record(str(d / ("%02d_%s.json" % (i, rec["target"]))), rec)
-    md = report.render(str(tmp_path / "results"), command, "abc", str(tmp_path / "results.md"))
+    md = render.render(str(tmp_path / "results"), command, "abc", str(tmp_path / "results.md"))
     return md, md.split("## Summary")[1].split("\n## ")[0]
 
 
@@ -559,19 +563,19 @@ def test_the_third_line_names_the_report_and_its_records(tmp_path):
 
 
 def test_readme_copy_of_the_summary_is_rewritten_between_its_markers(tmp_path, records_dir):
-    page = report.render(str(records_dir), "python -m runner.report", "abc", str(tmp_path / "results.md"))
-    block = report.summary_block(page)
+    page = render.render(str(records_dir), "python -m runner.report", "abc", str(tmp_path / "results.md"))
+    block = render.summary_block(page)
     assert block.startswith("Seconds of audio trained per second") and "| Row |" in block
     assert "![" not in block and "## " not in block
     readme = tmp_path / "README.md"
-    readme.write_text("# Title\n\n%s\n\nold table\n\n%s\n\nAfter.\n" % (report.README_BEGIN, report.README_END))
-    assert report.sync_readme(page, str(readme))
-    assert readme.read_text() == "# Title\n\n%s\n\n%s\n\n%s\n\nAfter.\n" % (report.README_BEGIN, block,
-                                                                          report.README_END)
-    assert not report.sync_readme(page, str(readme))                # current: left alone
+    readme.write_text("# Title\n\n%s\n\nold table\n\n%s\n\nAfter.\n" % (render.README_BEGIN, render.README_END))
+    assert render.sync_readme(page, str(readme))
+    assert readme.read_text() == "# Title\n\n%s\n\n%s\n\n%s\n\nAfter.\n" % (render.README_BEGIN, block,
+                                                                          render.README_END)
+    assert not render.sync_readme(page, str(readme))                # current: left alone
     plain = tmp_path / "plain.md"
     plain.write_text("no markers\n")
-    assert not report.sync_readme(page, str(plain)) and plain.read_text() == "no markers\n"
+    assert not render.sync_readme(page, str(plain)) and plain.read_text() == "no markers\n"
 
 
 def _gpu_record(target, framework, speed, **kw):
@@ -593,8 +597,8 @@ def test_before_you_rent_a_gpu_says_what_ran_what_cannot_and_how_long_from_the_r
     results.write_record(str(d / "pytorch_quick_fp32_bs32_nvidia-h200.json"), ok)
     results.write_record(str(d / "jax.json"), stopped)
     results.write_record(str(d / "tf.json"), fixture_record("tensorflow", "TensorFlow", LOSSES, 300.0))
-    md = report.render(str(tmp_path / "results"), "python -m runner.report", "abc", str(tmp_path / "results.md"))
-    block = report.section_block(md, report.TITLE, stop=("## ",))
+    md = render.render(str(tmp_path / "results"), "python -m runner.report", "abc", str(tmp_path / "results.md"))
+    block = render.section_block(md, gpu_facts.TITLE, stop=("## ",))
     ran = [l for l in block.splitlines() if l.startswith("  - `")]
     assert ran[0].startswith("  - `jax` quick, fp32, batch 32, on an NVIDIA H200 through the frameworks as "
                              "installed") and "not finished (interrupted) (no record file)" in ran[0]
@@ -611,20 +615,20 @@ def test_before_you_rent_a_gpu_says_what_ran_what_cannot_and_how_long_from_the_r
 
 
 def test_before_you_rent_a_gpu_without_gpu_records_says_nothing_ran(tmp_path, records_dir):
-    md = report.render(str(records_dir), "python -m runner.report", "abc", str(tmp_path / "results.md"))
-    block = report.section_block(md, report.TITLE, stop=("## ",))
+    md = render.render(str(records_dir), "python -m runner.report", "abc", str(tmp_path / "results.md"))
+    block = render.section_block(md, gpu_facts.TITLE, stop=("## ",))
     assert "**Has run on a GPU:** nothing yet" in block and "no row's time is known" in block
     assert "the pinned environments" in block and "the frameworks as installed" in block
 
 
 def test_readme_copy_of_the_gpu_facts_is_rewritten_between_its_markers(tmp_path, records_dir):
-    page = report.render(str(records_dir), "python -m runner.report", "abc", str(tmp_path / "results.md"))
+    page = render.render(str(records_dir), "python -m runner.report", "abc", str(tmp_path / "results.md"))
     readme = tmp_path / "README.md"
-    readme.write_text("# T\n\n%s\nstale facts\n%s\n\n## Next\n" % (report.GPU_BEGIN, report.GPU_END))
-    assert report.sync_readme(page, str(readme))
+    readme.write_text("# T\n\n%s\nstale facts\n%s\n\n## Next\n" % (render.GPU_BEGIN, render.GPU_END))
+    assert render.sync_readme(page, str(readme))
     text = readme.read_text()
     assert "**Has run on a GPU:** nothing yet" in text and "stale facts" not in text and text.endswith("\n\n## Next\n")
-    assert not report.sync_readme(page, str(readme))
+    assert not render.sync_readme(page, str(readme))
 
 
 def test_records_of_other_lengths_than_the_preset_keeps_are_their_own_group(tmp_path):
@@ -637,7 +641,7 @@ def test_records_of_other_lengths_than_the_preset_keeps_are_their_own_group(tmp_
     d.mkdir()
     for rec in (new, old):
         results.write_record(str(d / ("%s.json" % rec["target"])), rec)
-    md = report.render(str(tmp_path), "cmd", None, str(tmp_path / "results.md"))
+    md = render.render(str(tmp_path), "cmd", None, str(tmp_path / "results.md"))
     summary = md.split("## Summary")[1].split("## Table of record")[0]
     assert "EPYC \u00b7 smoke \u00b7 bs 8" in summary and "EPYC \u00b7 smoke, 15 lengths \u00b7 bs 8" in summary
     assert "smoke, 15 lengths = the smoke preset's model on 15 lengths: 100 utterances, 594 s of audio" in summary

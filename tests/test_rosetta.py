@@ -9,8 +9,9 @@ from urllib.parse import quote
 
 import pytest
 
-from runner import rosetta, translation
-from runner.targets import TARGETS
+from runner.rosetta import pages
+from runner.rosetta import extract
+from runner.run.targets import TARGETS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOKS = sorted(set(t.notebook for t in TARGETS.values()))
@@ -55,7 +56,7 @@ def test_notebook_has_every_section_in_order(name):
     assert [h for h in headings if h in SECTIONS] == SECTIONS, headings
     tags = [t[len("rosetta:"):] for c in nb["cells"] for t in c.get("metadata", {}).get("tags", [])
             if t.startswith("rosetta:")]
-    wanted = [step for step, _, _ in rosetta.STEPS]
+    wanted = [step for step, _, _ in pages.STEPS]
     steps = [t for t in tags if t in wanted]
     steps = [t for i, t in enumerate(steps) if i == 0 or steps[i - 1] != t]   # a step may span consecutive cells
     assert steps == sorted(set(tags) & set(wanted), key=wanted.index)  # in step order
@@ -99,30 +100,30 @@ def test_sections_1_to_7_are_the_translation_and_data_parallel_training_is_one_l
 
 
 def test_rosetta_pages_are_current():
-    assert rosetta.stale() == [], "run: python -m runner.rosetta"
+    assert pages.stale() == [], "run: python -m runner.rosetta"
 
 
 def test_rosetta_pages_show_every_framework_for_every_step():
-    data = rosetta.collect()
+    data = pages.collect()
     assert len(data) == len(NOTEBOOKS)
-    md = rosetta.render_markdown(data)
-    for _, title, _ in rosetta.STEPS:
+    md = pages.render_markdown(data)
+    for _, title, _ in pages.STEPS:
         section = md.split("## %s\n" % title)[1].split("\n## ")[0]
         for name in data:
             assert "### %s\n" % name in section
-    html = rosetta.render_html(data)
-    assert html.count("<h2>") == len(rosetta.STEPS) + 1 and "<select id=\"left\">" in html   # + the translation
+    html = pages.render_html(data)
+    assert html.count("<h2>") == len(pages.STEPS) + 1 and "<select id=\"left\">" in html   # + the translation
 
 
 def test_rosetta_pages_link_every_translation():
-    md = rosetta.render_markdown(rosetta.collect())
-    section = md.split("## %s\n" % rosetta.TRANSLATION_TITLE)[1].split("\n## ")[0]
-    for row in translation.rows():
-        rel = os.path.relpath(translation.output_path(row), ROOT)
-        assert "](%s)" % rel in section and os.path.exists(translation.output_path(row)), row
-    page = rosetta.render_html(rosetta.collect())
-    for row in translation.rows():
-        assert "href=\"%s\"" % os.path.relpath(translation.output_path(row), os.path.join(ROOT, "docs")) in page
+    md = pages.render_markdown(pages.collect())
+    section = md.split("## %s\n" % pages.TRANSLATION_TITLE)[1].split("\n## ")[0]
+    for row in extract.rows():
+        rel = os.path.relpath(extract.output_path(row), ROOT)
+        assert "](%s)" % rel in section and os.path.exists(extract.output_path(row)), row
+    page = pages.render_html(pages.collect())
+    for row in extract.rows():
+        assert "href=\"%s\"" % os.path.relpath(extract.output_path(row), os.path.join(ROOT, "docs")) in page
 
 
 # ---- docs/rosetta.html in a real browser -------------------------------------------------------------
@@ -139,7 +140,7 @@ def chromium():
 
 def rendered_dom(tmp_path, fragment):
     """The page's DOM after its script ran, as headless Chromium has it."""
-    url = "file://%s#%s" % (rosetta.OUTPUTS["html"], fragment)
+    url = "file://%s#%s" % (pages.OUTPUTS["html"], fragment)
     proc = subprocess.run([chromium()] + CHROMIUM_FLAGS + ["--user-data-dir=%s" % (tmp_path / "profile"),
                                                           "--dump-dom", url],
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=180)
@@ -150,18 +151,18 @@ def rendered_dom(tmp_path, fragment):
 
 @pytest.mark.parametrize("left, right", [("MXNet", "CNTK"), ("Keras 3", "PyTorch")])
 def test_rosetta_page_in_chromium_shows_the_two_frameworks_rendered(tmp_path, left, right):
-    names = list(rosetta.collect())
+    names = list(pages.collect())
     assert left in names and right in names
     dom = rendered_dom(tmp_path, "left=%s&right=%s" % (quote(left), quote(right)))
     rows = dom.select("div.row")
-    assert len(rows) == len(rosetta.STEPS) + 1
+    assert len(rows) == len(pages.STEPS) + 1
     links = {p["data-fw"]: p for p in rows[0].select("div.col[data-fw]") if not p.has_attr("hidden")}
     assert set(links) == {left, right}                                # the translation files of the two shown
     for name, pane in links.items():
-        rows_of = [t for t in translation.rows()
-                   if rosetta.notebooks().get(os.path.basename(translation.notebook_of(t))) == name]
+        rows_of = [t for t in extract.rows()
+                   if pages.notebooks().get(os.path.basename(extract.notebook_of(t))) == name]
         assert len(pane.select("a[href$='.py']")) == len(rows_of), (name, pane.get_text())
-    for row, (tag, _, _) in zip(rows[1:], rosetta.STEPS):
+    for row, (tag, _, _) in zip(rows[1:], pages.STEPS):
         panes = row.select("div.col[data-fw]")
         assert sorted(p["data-fw"] for p in panes) == sorted(names)
         shown = {p["data-fw"]: p for p in panes if not p.has_attr("hidden")}
@@ -184,7 +185,7 @@ def test_rosetta_page_in_chromium_shows_the_two_frameworks_rendered(tmp_path, le
 
 
 def test_rosetta_page_is_one_offline_file():
-    with open(rosetta.OUTPUTS["html"]) as f:
+    with open(pages.OUTPUTS["html"]) as f:
         page = f.read()
     assert "<style>" in page and ".hl .k " in page                 # Pygments' CSS inline
     for external in ("<link", "src=\"http", "src='http", "@import", "url(http"):
@@ -193,7 +194,7 @@ def test_rosetta_page_is_one_offline_file():
 
 
 def test_markdown_cells_are_rendered_with_mistune_and_pygments():
-    to_html = rosetta._markdown_renderer(rosetta._highlighter())
+    to_html = pages._markdown_renderer(pages._highlighter())
     out = to_html("## Notes\n\n- one `x`\n- two\n\n1. first\n\n| a | b |\n|---|---|\n| `c` | d |\n\n"
                   "<script>alert(1)</script>\n\n```python\nimport os\n```\n")
     assert '<h4 class="nbh">Notes</h4>' in out and "<h2" not in out        # below the page's own headings
@@ -212,10 +213,10 @@ def shown_pair(dom):
 
 
 def test_a_pair_link_takes_row_names_and_labels_in_any_case_and_says_when_it_does_not_know_one(tmp_path):
-    names = list(rosetta.collect())
-    aliases = rosetta.pair_names(names)
+    names = list(pages.collect())
+    aliases = pages.pair_names(names)
     for row in TARGETS:                                                   # every row name leads to its notebook
-        assert aliases[row] == rosetta.notebooks()[TARGETS[row].notebook], row
+        assert aliases[row] == pages.notebooks()[TARGETS[row].notebook], row
     for fragment, want in [("left=pytorch&right=jax", ("PyTorch", "JAX/Flax")),
                            ("left=PyTorch&right=JAX", ("PyTorch", "JAX/Flax")),
                            ("left=KERAS-TORCH&right=mxnet", ("Keras 3", "MXNet")),
@@ -249,7 +250,7 @@ window.addEventListener("load", function () {
 def test_rosetta_page_in_chromium_keeps_every_table_inside_its_panel(tmp_path, width):
     """At common window widths each table of every framework's panel wraps inside the panel: none is wider than
     its panel or reaches past its right edge (the "defaults this notebook overrides" tables are the widest)."""
-    with open(rosetta.OUTPUTS["html"]) as f:
+    with open(pages.OUTPUTS["html"]) as f:
         page = f.read()
     probe = tmp_path / "rosetta.html"
     probe.write_text(page.replace("</body>", MEASURE, 1))

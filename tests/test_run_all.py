@@ -179,7 +179,7 @@ def test_batch_size_list_parsing():
 
 def test_variants_expand_to_the_variant_targets():
     from runner.cli import select_targets
-    from runner.targets import VARIANTS
+    from runner.run.targets import VARIANTS
     names = lambda ts: [t.name for t in ts]  # noqa: E731
     assert names(select_targets(["pytorch"])) == ["pytorch"]
     torch_variants = ["pytorch+compile", "pytorch+graphs", "pytorch+bidir2"]
@@ -197,14 +197,16 @@ def test_variants_expand_to_the_variant_targets():
 @pytest.fixture
 def planned_runs(monkeypatch, tmp_path):
     """run_all.py's main() with the notebook runs and results.md replaced by recorders: what it would run."""
-    from runner import cli, execute, report
+    from runner import cli
+    from runner.run import execute
+    from runner.report import render
     runs = []
 
     def fake_run(target, opts, announce=print):
         runs.append((target, opts))
         return {"status": "ok"}
     monkeypatch.setattr(execute, "run_target", fake_run)
-    monkeypatch.setattr(report, "write", lambda *a, **k: None)
+    monkeypatch.setattr(render, "write", lambda *a, **k: None)
     monkeypatch.setattr(cli.envinfo, "gpus", lambda: [])
 
     def main(*args):
@@ -226,7 +228,7 @@ def test_runs_loop_over_targets_precisions_and_batch_sizes(planned_runs, capsys)
 
 
 def test_profile_reaches_the_notebook_parameters(planned_runs, tmp_path):
-    from runner import execute
+    from runner.run import execute
     target, opts = planned_runs("--frameworks", "pytorch", "--profile", "--preset", "smoke")[0]
     assert opts.profile is True
     params = execute.notebook_parameters(target, opts, "r.json")
@@ -240,8 +242,10 @@ def test_skip_reaches_the_notebook_parameters_as_a_list(planned_runs):
     """--skip PARTS is passed as the notebook parameter ``skip``, a list in the order given; without --skip no
     ``skip`` is passed (a notebook without the parameter still runs).  The notebooks that declare it are those
     run_all.py's check reads, the same names as the data-parallel runner's reading of the parameters cell."""
-    from runner import distributed, execute, validate
-    from runner.targets import ALL_TARGETS
+    from runner.dp import launch
+    from runner.run import execute
+    from runner import validate
+    from runner.run.targets import ALL_TARGETS
     target, opts = planned_runs("--frameworks", "pytorch", "--skip", "forward,onnx,export", "--preset", "smoke")[0]
     assert execute.notebook_parameters(target, opts, "r.json")["skip"] == ["forward", "onnx", "export"]
     target, opts = planned_runs("--frameworks", "pytorch", "--preset", "smoke")[0]
@@ -253,7 +257,7 @@ def test_skip_reaches_the_notebook_parameters_as_a_list(planned_runs):
         source = [c.source for c in cells if "parameters" in c.metadata.get("tags", [])][0]
         names = [n.targets[0].id for n in ast.parse(source).body if isinstance(n, ast.Assign)]
         assert validate.notebook_parameter_names(t.notebook_path) == names == \
-            distributed.notebook_parameter_names(t.notebook_path), t.name
+            launch.notebook_parameter_names(t.notebook_path), t.name
     declares = {t.name for t in ALL_TARGETS.values() if "skip" in validate.notebook_parameter_names(t.notebook_path)}
     assert {"pytorch", "pytorch+compile", "jax", "jax+unroll", "keras-jax", "keras-torch"} <= declares
     assert validate.notebook_parameter_names(os.path.join(ROOT, "no-such.ipynb")) is None
@@ -297,8 +301,8 @@ def test_out_of_memory_is_a_failed_row(tmp_path):
     """A notebook that runs out of memory is a failed row with the reason.  run_all.py refuses a batch size whose
     data alone would not fit (tests/test_bad_input.py), so the row is run as run_all.py runs it, past that check."""
     from common.spec import get_preset
-    from runner import execute
-    from runner.targets import TARGETS
+    from runner.run import execute
+    from runner.run.targets import TARGETS
     opts = execute.RunOptions(get_preset("smoke").with_overrides(batch_size=100000000), "fp32", 0, "cpu",
                               str(tmp_path), progress=False)
     rec = execute.run_target(TARGETS["pytorch"], opts, announce=lambda *a: None)
@@ -312,8 +316,8 @@ def test_precision_a_cpu_does_not_run_is_skipped_with_its_reason(tmp_path):
     with it is skipped with the reason; a run whose every row would be is stopped before anything starts: exit
     status 1, one line with each reason, nothing written."""
     from common.spec import get_preset
-    from runner import execute
-    from runner.targets import TARGETS
+    from runner.run import execute
+    from runner.run.targets import TARGETS
     for target in ("pytorch", "cntk"):
         opts = execute.RunOptions(get_preset("smoke"), "tf32", 0, "cpu", str(tmp_path / "rows"), progress=False)
         rec = execute.run_target(TARGETS[target], opts, announce=lambda *a: None)
@@ -341,7 +345,9 @@ def test_precision_a_cpu_does_not_run_is_skipped_with_its_reason(tmp_path):
     (["failed", "failed"], 1, "no selected row ran (2 failed); pytorch fp32: why pytorch"),
 ])
 def test_exit_status_says_whether_a_row_ran(monkeypatch, tmp_path, capsys, outcomes, status, line):
-    from runner import cli, execute, report
+    from runner import cli
+    from runner.run import execute
+    from runner.report import render
     written = []
     rows = iter(outcomes)
 
@@ -350,7 +356,7 @@ def test_exit_status_says_whether_a_row_ran(monkeypatch, tmp_path, capsys, outco
         return {"status": got, "target": target.name, "precision": opts.precision,
                 "error": None if got == "ok" else "why %s" % target.name}
     monkeypatch.setattr(execute, "run_target", fake_run)
-    monkeypatch.setattr(report, "write", lambda *a, **k: written.append(a))
+    monkeypatch.setattr(render, "write", lambda *a, **k: written.append(a))
     monkeypatch.setattr(cli.envinfo, "gpus", lambda: [])
     got = cli.main(["--results-dir", str(tmp_path), "--no-progress", "--frameworks", "pytorch,jax", "--preset",
                     "smoke"])
@@ -362,14 +368,15 @@ def test_exit_status_says_whether_a_row_ran(monkeypatch, tmp_path, capsys, outco
 def test_bf16_on_a_cpu_is_not_skipped(tmp_path, monkeypatch):
     """run_target goes on to build the environment (stopped here by a fake) for PyTorch bf16 on a CPU."""
     from common.spec import get_preset
-    from runner import envs, execute
-    from runner.bootstrap import EnvError
-    from runner.targets import TARGETS
+    from runner.envs import framework_envs
+    from runner.run import execute
+    from runner.base import EnvError
+    from runner.run.targets import TARGETS
 
     def no_env(env, device, python=None, announce=print, build=None, wheelhouse=None):
         raise EnvError("stopped by the test before building %s-%s" % (env.name, device))
 
-    monkeypatch.setattr(envs, "ensure", no_env)
+    monkeypatch.setattr(framework_envs, "ensure", no_env)
     opts = execute.RunOptions(get_preset("smoke"), "bf16", 0, "cpu", str(tmp_path), progress=False)
     rec = execute.run_target(TARGETS["pytorch"], opts, announce=lambda *a: None)
     assert rec["status"] == "failed" and "stopped by the test before building pytorch-cpu" in rec["error"]
@@ -377,7 +384,7 @@ def test_bf16_on_a_cpu_is_not_skipped(tmp_path, monkeypatch):
 
 
 def test_which_precisions_run_on_a_cpu():
-    from runner.targets import ALL_TARGETS, TARGETS
+    from runner.run.targets import ALL_TARGETS, TARGETS
     avx512 = {"avx2", "avx512f", "avx512bw", "avx512vl", "avx512dq"}
     bf16_on_cpu = {name for name, t in TARGETS.items() if t.cpu_precision_reason("bf16", avx512) is None}
     assert bf16_on_cpu == {"pytorch", "tensorflow", "mxnet", "jax", "keras-jax", "keras-torch", "keras-tensorflow"}
@@ -424,8 +431,8 @@ def test_init_weights_is_checked_before_anything_runs(tmp_path):
 
 
 def test_init_weights_reaches_the_notebook_parameters():
-    from runner import execute
-    from runner.targets import ALL_TARGETS
+    from runner.run import execute
+    from runner.run.targets import ALL_TARGETS
     from common.spec import get_preset
     opts = execute.RunOptions(get_preset("smoke"), "fp32", 0, "cpu", "/tmp/r", init_weights="/x/y.npz")
     assert execute.notebook_parameters(ALL_TARGETS["pytorch"], opts, "r.json")["init_weights"] == "/x/y.npz"

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from runner.targets import ENVS
+from runner.envs.definitions import ENVS
 from tests.conftest import ROOT
 
 sys.path.insert(0, os.path.join(ROOT, "tools"))

@@ -18,8 +18,9 @@ import subprocess
 import numpy as np
 import pytest
 
-from runner import translation
-from runner.targets import ENVS, TARGETS
+from runner.rosetta import extract
+from runner.envs.definitions import ENVS
+from runner.run.targets import TARGETS
 from tests.conftest import FIRST_LOSS_RTOL, ROOT, env_interpreter, selected_targets
 
 #: runs in the framework's interpreter: argv = translation file, weights file. Imports the file (nothing may print),
@@ -43,15 +44,15 @@ NOT_TRANSLATION = re.compile(r"\bvariant\b|\bprofiler?\b|named_scope|\bexports?\
                              r"\.summary\(|\bprint\(|\bsync\b")
 
 
-@pytest.mark.parametrize("name", translation.rows())
+@pytest.mark.parametrize("name", extract.rows())
 def test_translation_is_current_standalone_and_only_defines(name):
-    path = translation.output_path(name)
+    path = extract.output_path(name)
     with open(path) as f:
         text = f.read()
-    assert text == translation.render(name), "run: python -m runner.rosetta --extract %s" % name
+    assert text == extract.render(name), "run: python -m runner.rosetta --extract %s" % name
     imports = re.findall(r"(?m)^\s*(?:from|import)\s+([\w.]+)", text)
     assert not [m for m in imports if m.split(".")[0] == "common"], imports
-    cells = translation.translation_cells(translation.notebook_of(name))
+    cells = extract.translation_cells(extract.notebook_of(name))
     assert {"rosetta:model", "rosetta:weights", "rosetta:loss", "rosetta:optimizer"} <= {
         t for c in cells for t in c["tags"]}
     defined = set()
@@ -82,7 +83,7 @@ def reference_first_loss(weights):
     return reference.ds2_loss(load_state(weights, SMOKE_MODEL), features, labels, SMOKE_MODEL)
 
 
-@pytest.mark.parametrize("row", [r for r in TARGETS if r in sum(map(translation.targets_of, translation.rows()), [])])
+@pytest.mark.parametrize("row", [r for r in TARGETS if r in sum(map(extract.targets_of, extract.rows()), [])])
 def test_translation_loads_an_export_and_takes_the_first_step_like_the_reference(row, tmp_path, smoke):
     if row not in selected_targets():
         pytest.skip("%s is not among DS2_TEST_FRAMEWORKS" % row)
@@ -102,7 +103,7 @@ def test_translation_loads_an_export_and_takes_the_first_step_like_the_reference
         env["KERAS_BACKEND"] = target.parameters["backend"]
     harness = tmp_path / "harness.py"
     harness.write_text(HARNESS)
-    path = translation.output_path(translation.name_of(row))
+    path = extract.output_path(extract.name_of(row))
     proc = subprocess.run([python, str(harness), path, weights], cwd=str(tmp_path), env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-4000:]

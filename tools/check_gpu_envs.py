@@ -29,8 +29,10 @@ from concurrent.futures import ThreadPoolExecutor
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from runner import preflight, targets  # noqa: E402
-from runner.bootstrap import EnvError, create_venv, env_python, file_digest, read_stamp  # noqa: E402
+from runner.envs import gpu_preflight  # noqa: E402
+from runner.envs import definitions
+from runner.base import EnvError  # noqa: E402
+from runner.envs.bootstrap import create_venv, env_python, file_digest, read_stamp
 from runner.validate import OneLineParser, non_empty  # noqa: E402
 
 #: libraries the NVIDIA driver installs (never in a wheel): missing on a machine without the driver
@@ -107,12 +109,12 @@ def build_env(env, build, dest: str, python: str, log) -> str:
 
 def prepare_cntk(venv: str) -> str:
     """The OpenMPI soname links run_all.py makes for CNTK (without importing CNTK, which needs the driver)."""
-    missing = targets.cntk_needs()
+    missing = definitions.cntk_needs()
     if missing:
         return missing
-    directory = targets.cntk_mpi_dir(venv)
+    directory = definitions.cntk_mpi_dir(venv)
     os.makedirs(directory, exist_ok=True)
-    for old, lib in targets.cntk_mpi_libraries().items():
+    for old, lib in definitions.cntk_mpi_libraries().items():
         link = os.path.join(directory, old)
         if os.path.lexists(link):
             os.remove(link)
@@ -194,8 +196,8 @@ def main(argv=None) -> int:
         print(msg, flush=True)
 
     results = []
-    for env_name, builds in preflight.BUILDS.items():
-        env = targets.ENVS[env_name]
+    for env_name, builds in gpu_preflight.BUILDS.items():
+        env = definitions.ENVS[env_name]
         for build in builds:
             key = "%s/%s" % (env_name, build.name)
             if only and env_name not in only and key not in only:

@@ -53,8 +53,9 @@ sys.path.insert(0, ROOT)
 
 from common import envinfo  # noqa: E402  (standard library only, as are the two below)
 from common.spec import PRECISIONS, PRESETS, get_preset  # noqa: E402
-from runner import host_agent, validate  # noqa: E402
-from runner.targets import ALL_TARGETS  # noqa: E402
+from runner.dp import host_agent  # noqa: E402
+from runner import validate
+from runner.run.targets import ALL_TARGETS  # noqa: E402
 
 PROG = "gpu_session.py"
 #: the rows worth a lent GPU, in order of value (TensorFlow, MXNet and CNTK cannot run on its image)

@@ -30,8 +30,9 @@ import subprocess
 from collections import OrderedDict
 from typing import Dict, List, Optional, Tuple
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-AGENT = os.path.join(ROOT, "runner", "host_agent.py")
+from runner.base import ROOT
+
+AGENT = os.path.join(ROOT, "runner", "dp", "host_agent.py")
 #: the variable that marks every process an agent starts (runner/host_agent.py MARKER)
 AGENT_MARKER = "DS2_DP_HOST_RUN"
 #: seconds within which every host must have started a process (run_all.py --join-timeout)
@@ -124,7 +125,7 @@ def host_processes(launcher, hosts: List[Host], python: str, worker: List[str], 
                                                                       addresses=addresses, local_rank=local))
             out[h.name].append({"argv": [python] + worker, "env": env})
     elif launcher.kind == "ps":
-        from .launchers import _ps_env
+        from runner.dp.launchers import _ps_env
         ps = _ps_env(world, ports[0], root=root)
         for rank, h, local in rank_hosts(hosts):
             env = dict(base_env, DS2_HOST=h.name, DMLC_ROLE="worker", DMLC_NODE_HOST=h.name, RANK=str(rank),

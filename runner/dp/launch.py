@@ -51,7 +51,6 @@ processes (:func:`launch`), ``runner/hosts.py`` and ``runner/host_agent.py`` add
 ``runner/dp_report.py`` writes results.md's data-parallel section.
 """
 import os
-import sys
 import uuid
 from collections import OrderedDict
 from typing import List, Optional
@@ -60,23 +59,23 @@ from common import envinfo, parallel, results
 from common.parallel import process_start_time, runner_alive   # noqa: F401 (re-exported: tests, dp_worker)
 from common.data import shard_sizes
 
-from . import envs, supervise
-from .bootstrap import ROOT, EnvError, env_python
-from .targets import ENVS, Target
+from runner.envs import framework_envs
+from runner.dp import supervisor
+from runner.base import ROOT, EnvError
+from runner.envs.bootstrap import env_python
+from runner.envs.definitions import ENVS
+from runner.run.targets import Target
 # the parts of a data-parallel run, by concern; their names stay importable from here
-from .launchers import (LAUNCHERS, MXNET_DP_MODES, TARGET_LAUNCHERS, Launcher, _ps_env,  # noqa: F401
-                        launcher_for, launcher_table_markdown)
-from .supervise import (GRACE_S, LINGER_S, MARKER, POLL_S, WORKER, LaunchResult, _which,  # noqa: F401
-                        close_connections, failure_reason, free_ports, host_failure_reason, launch,
-                        marked_processes, terminate)
-from .dp_report import equivalence_rows, equivalence_twin, report_section, single_worker_twin  # noqa: F401
+from runner.dp.launchers import LAUNCHERS, Launcher, launcher_for, launcher_table_markdown
+from runner.run.targets import MXNET_DP_MODES
+from runner.dp.supervisor import GRACE_S, _which, launch
 
 
 # ---- the notebook: its parameters, and the script exported from it -------------------------------
 def notebook_parameter_names(path: str) -> List[str]:
     """Names assigned in the notebook's cell tagged ``parameters`` (empty when it has none or cannot be read;
     runner/validate.py reads them)."""
-    from .validate import notebook_parameter_names as names
+    from runner.validate import notebook_parameter_names as names
     return names(path) or []
 
 
@@ -108,7 +107,7 @@ def _global_opts(opts, workers: int):
 def record_stem(target: Target, opts, workers: int, mxnet_dp: str = "sync", n_hosts: int = 1) -> str:
     """The single-worker stem of the *global* batch, plus ``_w<W>`` (an MXNet mode's suffix; ``_h<N>`` on N
     hosts)."""
-    from .execute import record_stem as single_stem
+    from runner.run.execute import record_stem as single_stem
     return single_stem(target, _global_opts(opts, workers)) + "_w%d" % workers + MXNET_DP_MODES[mxnet_dp]["suffix"] \
         + ("_h%d" % n_hosts if n_hosts > 1 else "")
 
@@ -140,7 +139,7 @@ def run_target(target: Target, opts, workers: int, announce=print, python: Optio
     One function, in the numbered steps below, because every early return writes the same failed record
     through ``finish`` with the same ``distributed`` and ``run`` sections.
     """
-    from . import execute
+    from runner.run import execute
     if workers < 2:
         raise ValueError("run_target runs 2 or more workers; one worker is execute.run_target")
     mode = MXNET_DP_MODES[mxnet_dp]
@@ -204,7 +203,7 @@ def run_target(target: Target, opts, workers: int, announce=print, python: Optio
     if reason:
         return finish("skipped", reason)
     if hosts:
-        from . import hosts as hosts_mod
+        from runner.dp import hosts as hosts_mod
         if launcher.kind not in ("torchrun", "processes", "ps", "mpiexec"):
             return finish("skipped", "the %s launcher is not run on several hosts here (%s)"
                           % (launcher.name, hosts_mod.MULTI_HOST.get(launcher.name, "no multi-host form")))
@@ -223,12 +222,12 @@ def run_target(target: Target, opts, workers: int, announce=print, python: Optio
     if python is None:
         env = ENVS[target.env]
         try:
-            envs.ensure(env, opts.device, opts.pythons.get(env.name), announce=announce,
+            framework_envs.ensure(env, opts.device, opts.pythons.get(env.name), announce=announce,
                         build=decision.build if decision else None, wheelhouse=opts.wheelhouse)
         except EnvError as e:
             missing = env.needs_python and env.name not in opts.pythons
             return finish("skipped" if missing else "failed", "environment %s: %s" % (env.name, e))
-        venv = envs.env_path(env, opts.device, opts.pythons.get(env.name), decision.build if decision else None)
+        venv = framework_envs.env_path(env, opts.device, opts.pythons.get(env.name), decision.build if decision else None)
         python = env_python(venv)
     if launcher.kind == "torchrun" and not os.path.exists(os.path.join(os.path.dirname(python), "torchrun")):
         return finish("failed", "torchrun not found next to %s" % python)
@@ -337,10 +336,10 @@ def run_target(target: Target, opts, workers: int, announce=print, python: Optio
 def print_commands(launcher, hosts, python, venv, script, workers, log_prefix, status_prefix, target,
                    join_timeout) -> None:
     """``--print-host-commands``: each host's processes as shell lines, for a job script (Slurm, Kubernetes)."""
-    from . import hosts as hosts_mod
-    worker = supervise.worker_argv(log_prefix, status_prefix, script)
-    ports = [29400 + i for i in range(supervise.port_count(launcher, workers))]   # fixed: the lines run elsewhere
-    per_host = hosts_mod.host_processes(launcher, hosts, python, worker, supervise.launcher_env(launcher, venv), ports,
+    from runner.dp import hosts as hosts_mod
+    worker = supervisor.worker_argv(log_prefix, status_prefix, script)
+    ports = [29400 + i for i in range(supervisor.port_count(launcher, workers))]   # fixed: the lines run elsewhere
+    per_host = hosts_mod.host_processes(launcher, hosts, python, worker, supervisor.launcher_env(launcher, venv), ports,
                                         "ds2-" + uuid.uuid4().hex[:8],
                                         hosts_mod.JOIN_TIMEOUT_S if join_timeout is None else join_timeout)
     print("# %s on %d hosts: run each host's lines on that host (rank 0 writes its record to %s)"
@@ -433,14 +432,10 @@ def clean_stale_staging(staging: str) -> List[str]:
 
 def main() -> int:
     """``python -m runner.distributed``: the launcher table, and which targets can run data-parallel now."""
-    from .targets import ALL_TARGETS
+    from runner.run.targets import ALL_TARGETS
     print(launcher_table_markdown())
     for target in ALL_TARGETS.values():
         launcher = launcher_for(target)
         print("%-22s %-10s %s" % (target.name, launcher.name if launcher else "-",
                                   no_dp_reason(target) or "ready: the notebook has a 'workers' parameter"))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -6,7 +6,8 @@ import os
 from collections import OrderedDict
 from typing import Callable, Dict, List, Optional
 
-from .targets import Target, mxnet_kernel_env
+from runner.envs.definitions import mxnet_kernel_env
+from runner.run.targets import MXNET_DP_MODES, Target
 
 
 # ---- the launcher table -------------------------------------------------------------------------------
@@ -72,23 +73,6 @@ def _mxnet_env(venv: str) -> Dict[str, str]:
         env["LD_LIBRARY_PATH"] = env["LD_LIBRARY_PATH"].replace(
             "${LD_LIBRARY_PATH}", os.environ.get("LD_LIBRARY_PATH", "")).rstrip(os.pathsep)
     return env
-
-
-#: MXNet's data-parallel modes (``run_all.py --workers W --mxnet-dp MODE``): the notebook's ``kvstore`` and
-#: ``sync_batchnorm`` parameters, the launcher, the record name's suffix and the run each must equal
-MXNET_DP_MODES = OrderedDict([
-    ("sync", {"parameters": {}, "launcher": "single", "suffix": "", "reference": "single-worker",
-              "doc": "one process, W devices, kvstore 'device', SyncBatchNorm: equals one worker with batch W*b"}),
-    ("local", {"parameters": {"kvstore": "device", "sync_batchnorm": False}, "launcher": "single",
-               "suffix": "_localbn", "reference": None,
-               "doc": "one process, W devices, kvstore 'device', each device its own BatchNorm statistics: the "
-                      "reference of dist_sync (its first loss is checked against the NumPy reference per share)"}),
-    ("dist_sync", {"parameters": {"kvstore": "dist_sync", "sync_batchnorm": False}, "launcher": "mxnet_dist_sync",
-                   "suffix": "_dist_sync", "reference": "local",
-                   "doc": "W worker processes + a ps-lite scheduler + a server, kvstore 'dist_sync', each process its "
-                          "own BatchNorm statistics (MXNet 1.9 cannot synchronise them across processes): equals "
-                          "'local'"}),
-])
 
 
 def _ps_env(world: int, port: int, root: str = "127.0.0.1") -> Dict[str, str]:

@@ -16,11 +16,11 @@ from typing import Dict, List, Optional
 from common import results
 from common.parallel import process_start_time
 
-from . import host_agent
-from .bootstrap import ROOT, last_error_line
-from .launchers import Launcher, _ps_env
+from runner.dp import host_agent
+from runner.base import ROOT, last_error_line
+from runner.dp.launchers import Launcher, _ps_env
 
-WORKER = os.path.join(ROOT, "runner", "dp_worker.py")
+WORKER = os.path.join(ROOT, "runner", "dp", "worker.py")
 #: the variable that marks every process of one data-parallel run (its value: the run's id)
 MARKER = "DS2_DP_RUN"
 #: seconds between SIGTERM and SIGKILL when a run is torn down
@@ -284,7 +284,7 @@ def launch(launcher: Launcher, python: str, script: str, world: int, log_prefix:
     specs = []   # (argv, env, stdout path)
     host_lines = []
     if hosts and launcher.kind == "mpiexec":       # OpenMPI starts the other hosts' processes itself, over ssh
-        from . import hosts as hosts_mod
+        from runner.dp import hosts as hosts_mod
         join_timeout = hosts_mod.JOIN_TIMEOUT_S if join_timeout is None else join_timeout
         base_env["DS2_HOST_OF_RANK"] = ",".join(h.name for _, h, _ in hosts_mod.rank_hosts(hosts))
         argv = hosts_mod.mpiexec_argv(hosts, world, ssh_options or [], log_prefix + ".hostfile", join_timeout)
@@ -293,7 +293,7 @@ def launch(launcher: Launcher, python: str, script: str, world: int, log_prefix:
             argv += ["-x", name]
         specs.append((argv + [python] + worker, base_env, launcher_log))
     elif hosts:
-        from . import hosts as hosts_mod
+        from runner.dp import hosts as hosts_mod
         join_timeout = hosts_mod.JOIN_TIMEOUT_S if join_timeout is None else join_timeout
         local_only = (MARKER, "DS2_RUNNER_PID", "DS2_RUNNER_START")     # the agent watches the connection instead
         additions = {k: v for k, v in base_env.items() if os.environ.get(k) != v and k not in local_only}
@@ -339,7 +339,7 @@ def launch(launcher: Launcher, python: str, script: str, world: int, log_prefix:
     commands = host_lines or [" ".join(shlex.quote(a) for a in argv) for argv, _, _ in specs]
 
     procs = []   # type: List[subprocess.Popen]
-    from . import interrupt
+    from runner import interrupt
     # a second signal: SIGKILL to all
     interrupt.track_run(run_id, lambda sig: host_agent.signal_all(procs, run_id, MARKER, sig))
     # torchrun and mpiexec stop their workers on SIGTERM; what the runner starts itself gets SIGKILL; an ssh client

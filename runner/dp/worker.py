@@ -25,7 +25,7 @@ import threading
 import time
 import traceback
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # runner/dp/worker.py
 
 
 def _write_json(path, obj):
@@ -82,12 +82,12 @@ def main(argv):
         prefixes[args[0]] = args[1]
         args = args[2:]
     if len(args) < 1 or set(prefixes) != {"--log-prefix", "--status-prefix"}:
-        sys.stderr.write("usage: dp_worker.py --log-prefix P --status-prefix S script.py [args]\n")
+        sys.stderr.write("usage: runner/dp/worker.py --log-prefix P --status-prefix S script.py [args]\n")
         return 2
     script = os.path.abspath(args[0])
 
-    # as ``python script.py`` would: the script's directory first, not runner/ (whose module names --
-    # report, envs, targets -- must not shadow anything the notebook imports)
+    # as ``python script.py`` would: the script's directory first, not runner/dp/ (whose module names --
+    # launch, hosts, worker -- must not shadow anything the notebook imports)
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
     sys.path.insert(0, os.path.dirname(script))

@@ -27,19 +27,11 @@ import venv
 from typing import Callable, List, Optional, Tuple
 
 from common.results import atomic_write_text  # standard library only, like this module
+from runner.base import ROOT, EnvError, WheelhouseError, last_error_line
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENVS_DIR = os.path.abspath(os.environ.get("DS2_ENVS_DIR", os.path.join(ROOT, ".venvs")))
 RUNNER_REQUIREMENTS = os.path.join(ROOT, "envs", "runner.txt")
 STAMP = ".ds2-stamp.json"
-
-
-class EnvError(RuntimeError):
-    """An environment could not be created; the message is one line."""
-
-
-class WheelhouseError(EnvError):
-    """The wheelhouse (``--wheelhouse DIR``) lacks a wheel an environment needs: run_all.py exits 2."""
 
 
 #: which installer makes environments: "uv" or "pip" (unset: uv where it can serve, else pip)
@@ -69,14 +61,6 @@ def read_stamp(path: str) -> dict:
 
 def write_stamp(path: str, stamp: dict) -> None:
     atomic_write_text(os.path.join(path, STAMP), json.dumps(stamp, indent=1))
-
-
-def last_error_line(text: str) -> str:
-    lines = [l.strip() for l in (text or "").splitlines() if l.strip()]
-    for line in reversed(lines):
-        if line.startswith(("ERROR", "error:", "E:")) or "Error" in line:
-            return line
-    return lines[-1] if lines else "no output"
 
 
 _children = {}                    # pid -> Popen of every install command running now (any thread)
@@ -414,7 +398,7 @@ def ensure_runner_env(announce=print, wheelhouse: Optional[str] = None) -> str:
     if read_stamp(path) != stamp or not os.path.exists(env_python(path)):
         base = getattr(sys, "_base_executable", None) or sys.executable
         if wheelhouse:
-            from . import wheelhouse as wh
+            from runner.envs import wheelhouse as wh
             wh.check(wheelhouse, RUNNER_REQUIREMENTS, "%d.%d" % sys.version_info[:2], "the runner's environment")
         announce("Creating the runner environment %s from envs/runner.txt (once; %s)..."
                  % (path, "with pip" if uv_excluded(wheelhouse) else "with uv, installed first by pip"))
@@ -442,7 +426,7 @@ def import_problem() -> Optional[str]:
         try:
             importlib.import_module(module)
         except Exception as e:  # ImportError, and whatever a broken package raises while it initialises
-            from .installed import read_pins
+            from runner.envs.use_installed import read_pins
             pin = read_pins(RUNNER_REQUIREMENTS, "%d.%d" % sys.version_info[:2]).get(dist)
             return ("DS2_RUNNER=current: %s cannot import %s (%s: %s); reinstall it with: %s -m pip install "
                     "--force-reinstall '%s%s'" % (sys.executable, module, type(e).__name__,
@@ -456,7 +440,7 @@ def reexec_in_runner(argv) -> None:
     ``DS2_RUNNER=current``, check instead that the current interpreter has what the runner imports (one line
     naming what it lacks and how to install it, exit status 2)."""
     prog = "python -m tests" if argv[:2] == ["-m", "tests"] else os.path.basename(argv[0])
-    from .validate import environment_errors, refuse     # standard library only, like this module
+    from runner.validate import environment_errors, refuse  # standard library only, like this module
     errors = environment_errors(names=("DS2_RUNNER", "DS2_ENVS_DIR", "DS2_WHEELHOUSE"))
     for i, arg in enumerate(argv):          # read below before argparse is in charge: an empty one is not "here"
         value = arg.split("=", 1)[1] if arg.startswith("--wheelhouse=") else \
@@ -470,17 +454,17 @@ def reexec_in_runner(argv) -> None:
     if errors:
         sys.exit(refuse(prog, errors[0]))
     if os.environ.get("DS2_RUNNER") == "current":
-        from .installed import runner_problem     # standard library only, like this module
+        from runner.envs.use_installed import runner_problem  # standard library only, like this module
         problem = runner_problem(tests=prog == "python -m tests") or import_problem()
         if problem:
             sys.exit(refuse(prog, problem))
         return
     if in_runner_env():
         return
-    from . import interrupt            # standard library only, like this module
+    from runner import interrupt  # standard library only, like this module
     previous = interrupt.install()
     try:
-        from .wheelhouse import from_argv
+        from runner.envs.wheelhouse import from_argv
         python = ensure_runner_env(announce=lambda m: print(m, file=sys.stderr, flush=True),
                                    wheelhouse=from_argv(list(argv)))
     except WheelhouseError as e:

@@ -12,15 +12,17 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 from common.results import atomic_write_text
 
-from . import bootstrap
-from .bootstrap import ENVS_DIR, ROOT, STAMP, EnvError, create_venv, env_python, file_digest, read_stamp, run_logged
-from . import interrupt, preflight
-from .preflight import Build
-from .targets import Env
+from runner.envs import bootstrap
+from runner.envs.bootstrap import ENVS_DIR, STAMP, create_venv, env_python, file_digest, read_stamp, run_logged
+from runner.base import ROOT, EnvError
+from runner import interrupt
+from runner.envs import gpu_preflight
+from runner.envs.gpu_preflight import Build
+from runner.envs.definitions import Env
 
 
 def default_python() -> str:
@@ -36,7 +38,7 @@ def _suffix(python: Optional[str]) -> str:
 
 def _variant(env: Env, device: str, build: Optional[Build]) -> str:
     """'-cu126' for a GPU build of an environment that has several (runner/preflight.py), else ''."""
-    if device == "cuda" and build is not None and len(preflight.builds(env.name)) > 1:
+    if device == "cuda" and build is not None and len(gpu_preflight.builds(env.name)) > 1:
         return "-" + build.name
     return ""
 
@@ -135,7 +137,7 @@ def _ensure(env: Env, device: str, python: Optional[str], announce, build: Optio
         if os.path.exists(log):
             os.remove(log)
         if wheelhouse:
-            from . import wheelhouse as wh
+            from runner.envs import wheelhouse as wh
             wh.check(wheelhouse, req, version, "environment %s" % env.name, pip_spec=env.pip)
         if progress is None:
             create_venv(path, req, base, stamp, log, pip=env.pip, wheelhouse=wheelhouse)

@@ -25,9 +25,10 @@ import sys
 from collections import OrderedDict
 from typing import Dict, List, Optional, Tuple
 
-from .bootstrap import EnvError
+from runner.base import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from runner.base import EnvError
+
 
 #: the oldest version of each framework the notebooks are known to run with (docs/gpus.md, "Three routes"): PyTorch's
 #: runs through --use-installed in tests/test_installed.py (--full); the others are the pins every test session

@@ -19,7 +19,7 @@ import sys
 import tempfile
 from typing import List, Optional
 
-from .bootstrap import ROOT, EnvError, WheelhouseError
+from runner.base import ROOT, EnvError, WheelhouseError
 
 ENV_VAR = "DS2_WHEELHOUSE"
 

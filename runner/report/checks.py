@@ -11,8 +11,8 @@ from common import results
 from common.onnx_check import HELD_OUT_BATCH_SIZE, HELD_OUT_SECONDS, ONNX_RTOL, REPEATS
 from common.spec import CONTROL_PRECISION
 
-from .report_records import (K_STEPS, _fmt, _group_key, _label, _number, _ok, md_table, pytorch_twin,
-                             row_of_record, trajectory)
+from runner.report.records import (K_STEPS, _fmt, _group_key, _label, _number, _ok, md_table, pytorch_twin,
+                                   row_of_record, trajectory)
 
 
 def agreement_rows(records: List[dict], controls: Optional[List[dict]] = None) -> List[OrderedDict]:
@@ -176,7 +176,7 @@ def onnx_section(records: List[dict], results_dir: str = "", output: str = "resu
 
 # ---- the migration matrix (run_all.py --migrate) ----------------------------------------------------------
 def _target_order(name: str) -> tuple:
-    from .targets import ALL_TARGETS
+    from runner.run.targets import ALL_TARGETS
     names = list(ALL_TARGETS)
     return (names.index(name) if name in names else len(names), name)
 
@@ -221,7 +221,7 @@ def migration_matrix(recs: List[dict]) -> tuple:
 def _load_export(rec: dict, records_dir: str) -> Optional[dict]:
     """The canonical state a record's run exported, or None (no export, or the file is gone)."""
     from common.weights import load_weights
-    from .migrate import repo_path
+    from runner.migrate import repo_path
     export = rec.get("export") or {}
     path = repo_path(export.get("path"))
     candidates = [path] if path else []
@@ -266,7 +266,7 @@ def convention_rows(records: List[dict], records_dir: str, controls: Optional[Li
     mean one side trains two biases per direction, b_ih and b_hh both taking the full step, so their sum
     learns twice as fast -- PyTorch and MXNet freeze b_hh at 0 for that reason), the running means and the running variances (and the median ratio of the variances:
     a biased-variance framework stores less)."""
-    from .migrate import BN_CONVENTIONS
+    from runner.migrate import BN_CONVENTIONS
     rows = []
     cache = {}
 
@@ -320,7 +320,7 @@ def migration_section(results_dir: str, records: List[dict], records_dir: str,
                       controls: Optional[List[dict]] = None) -> List[str]:
     """results.md's migration part: one matrix per (preset, precision, device, batch), failed cells as
     numbered notes, then the convention differences measured on the ordinary runs' exports."""
-    from .migrate import read_migration_records
+    from runner.migrate import read_migration_records
     migrations = read_migration_records(results_dir)
     conventions = convention_rows(records, records_dir, controls)
     if not migrations and not conventions:

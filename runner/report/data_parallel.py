@@ -5,7 +5,7 @@ from typing import List, Optional
 
 from common import parallel
 
-from .launchers import MXNET_DP_MODES
+from runner.run.targets import MXNET_DP_MODES
 
 
 # ---- results.md: W workers against one -------------------------------------------------------------------

@@ -10,9 +10,9 @@ from typing import List, Optional, Tuple
 
 from common.spec import DEEPMARK_SCALE, PRESETS
 
-from .preflight import BUILDS, arch_verdict
-from .report_records import is_gpu, stopped_early
-from .targets import ALL_TARGETS
+from runner.envs.gpu_preflight import BUILDS, arch_verdict
+from runner.report.records import is_gpu, stopped_early
+from runner.run.targets import ALL_TARGETS
 
 #: the cards the audit is read for: (compute capability, the cards of that architecture)
 CARDS = [((7, 0), "V100 (Volta)"), ((8, 0), "A100 (Ampere)"), ((8, 9), "L4, L40S (Ada)"),

@@ -12,7 +12,7 @@ from typing import Dict, Optional
 from common import roofline
 from common.spec import DS2Config
 
-from .report_records import _number, _speed
+from runner.report.records import _number, _speed
 
 LATENCY_DIR = "latency"
 

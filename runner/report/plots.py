@@ -6,9 +6,9 @@ from typing import List, Optional
 
 import numpy as np
 
-from .report_records import (_bench_groups, _bench_title, _flops, _group_key, _group_title, _groups, _label,
-                             _number, _ok, _speed, flop_unit, pytorch_twin, trajectory)
-from .report_tables import device_short_names, summary_groups, summary_title
+from runner.report.records import (_bench_groups, _bench_title, _flops, _group_key, _group_title, _groups, _label,
+                                   _number, _ok, _speed, flop_unit, pytorch_twin, trajectory)
+from runner.report.tables import device_short_names, summary_groups, summary_title
 
 
 PLOTS = OrderedDict([

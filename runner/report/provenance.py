@@ -5,7 +5,7 @@ from typing import List, Optional
 
 from common import envinfo
 
-from .report_records import _label, _number
+from runner.report.records import _label, _number
 
 
 def environment_rows(records: List[dict]) -> List[OrderedDict]:

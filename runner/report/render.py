@@ -29,26 +29,19 @@ from common import results
 from common.profile import CATEGORIES
 from common.results import atomic_write_text
 
-from . import distributed, validate
-from .bootstrap import ROOT
-from .report_checks import (CONTROL_COLUMN, ONNX_NOTE, _load_export, _max_rel, _target_order,  # noqa: F401
-                            agreement_rows, control_deviation, control_for, control_section, convention_rows,
-                            experiment_onnx_lines, is_control, migration_groups, migration_matrix,
-                            migration_section, onnx_rows, onnx_section, tensor_groups)
-from .report_plots import (PLOTS, _flop_label, _plt, _save, plot_batch_sweep, plot_flops,  # noqa: F401
-                           plot_step_time, plot_summary, plot_throughput, plot_trajectories, sweep_groups)
-from .report_provenance import _machine, _made_on, environment_rows, provenance_rows  # noqa: F401
-from .report_records import (K_STEPS, _bench_groups, _bench_key, _bench_title, _flops, _fmt,  # noqa: F401
-                             _group_key, _group_title, _groups, _label, _number, _ok, _roofline, _speed, dp_label,
-                             flop_unit, is_variant, md_table, pytorch_twin, row_name, row_of_record, short_device,
-                             stopped_early, trajectory)
-from .report_gpu import TITLE, before_you_rent
-from .report_latency import load_latency
-from .report_tables import (NOT_FINISHED, PRESET_ORDER, RECORD_COLUMNS, _summary_order,  # noqa: F401
-                            device_short_names, fastest_variant, summary_column,
-                            notebook_link, peak_rows, peak_section, profile_rows, record_tables, speed_rows,
-                            speed_section, step_time_rows, summary_groups, summary_key, summary_section,
-                            summary_title)
+from runner import validate
+from runner.report import data_parallel
+from runner.base import ROOT
+from runner.report.checks import (CONTROL_COLUMN, agreement_rows, control_section, is_control, migration_section,
+                                  onnx_section)
+from runner.report.plots import (PLOTS, plot_batch_sweep, plot_flops, plot_step_time, plot_summary, plot_throughput,
+                                 plot_trajectories)
+from runner.report.provenance import environment_rows, provenance_rows
+from runner.report.records import K_STEPS, dp_label, md_table
+from runner.report.gpu_facts import TITLE, before_you_rent
+from runner.report.latency import load_latency
+from runner.report.tables import (peak_section, profile_rows, record_tables, speed_section, step_time_rows,
+                                  summary_section)
 
 
 # ---- the page ----------------------------------------------------------------------------
@@ -214,7 +207,7 @@ def render(results_dir: str, command: str, commit: Optional[str], output: str, w
         + unreadable_lines(unreadable, records_dir, output) + _speed_lines(records, image, load_latency(results_dir)) \
         + _agreement_lines(records, controls, image) \
         + migration_section(results_dir, records, records_dir, controls) + onnx_section(records, results_dir, output) \
-        + distributed.report_section(records, md_table) + [
+        + data_parallel.report_section(records, md_table) + [
             "## Environments",
             "",
             md_table(environment_rows(all_records)),
@@ -290,7 +283,7 @@ PROG = "python -m runner.report"
 
 def main(argv=None) -> int:
     """``python -m runner.report [--results-dir DIR] [--output FILE]``: results.md again from the records."""
-    from .execute import git_commit
+    from runner.run.execute import git_commit
     p = validate.OneLineParser(prog=PROG, description=main.__doc__)
     p.add_argument("--results-dir", default=os.path.join(ROOT, "results"),
                    help="an existing results directory with records (default: results/)")
@@ -305,7 +298,3 @@ def main(argv=None) -> int:
           warn=lambda message: print("%s: warning: %s" % (PROG, message), file=sys.stderr, flush=True))
     print("Wrote %s" % output)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

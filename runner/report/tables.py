@@ -10,11 +10,11 @@ from common.flops import sequential_share
 from common.profile import CATEGORIES
 from common.spec import FULL_MODEL, PRESETS, UTTERANCE_SECONDS
 
-from .bootstrap import ROOT
-from .report_latency import latency_share
-from .report_records import (preset_label, _bench_groups, _bench_key, _bench_title, _flops, _fmt, _label, _number, _ok,
-                             _roofline, _speed, dp_label, flop_unit, is_variant, md_table, row_name, row_of_record,
-                             short_device, is_gpu, stopped_early)
+from runner.base import ROOT
+from runner.report.latency import latency_share
+from runner.report.records import (preset_label, _bench_groups, _bench_key, _bench_title, _flops, _fmt, _label,
+                                   _number, _ok, _roofline, _speed, dp_label, flop_unit, is_variant, md_table,
+                                   row_name, row_of_record, short_device, is_gpu, stopped_early)
 
 
 # ---- the summary: one group per device and preset --------------------------------------------------------

@@ -29,8 +29,8 @@ from typing import Dict, List
 
 from common.spec import FULL_MODEL, SMOKE_MODEL, DS2Config
 
-from .bootstrap import ROOT
-from .targets import TARGETS
+from runner.base import ROOT
+from runner.run.targets import TARGETS
 
 TAG = "translation"
 OUTPUT_DIR = os.path.join(ROOT, "docs", "translations")

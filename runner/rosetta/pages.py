@@ -24,10 +24,10 @@ from typing import Dict, List
 
 from common.results import atomic_write_text
 
-from . import translation
-from .bootstrap import ROOT
-from .targets import ALL_TARGETS, TARGETS
-from .validate import OneLineParser, refuse
+from runner.rosetta import extract as rosetta_extract
+from runner.base import ROOT
+from runner.run.targets import ALL_TARGETS, TARGETS
+from runner.validate import OneLineParser, refuse
 
 #: the steps, in notebook order: (tag, title, what a reader compares there)
 STEPS = [
@@ -104,8 +104,8 @@ def translation_links(page_dir: str) -> "OrderedDict":
     """Display name -> [(translation name, its path relative to ``page_dir``)], for the notebooks that have one."""
     out = OrderedDict()
     for nb, name in notebooks().items():
-        out[name] = [(t, os.path.relpath(translation.output_path(t), page_dir)) for t in translation.rows()
-                     if os.path.basename(translation.notebook_of(t)) == nb]
+        out[name] = [(t, os.path.relpath(rosetta_extract.output_path(t), page_dir)) for t in rosetta_extract.rows()
+                     if os.path.basename(rosetta_extract.notebook_of(t)) == nb]
     return out
 
 
@@ -312,16 +312,16 @@ def render_all() -> Dict[str, str]:
     """{path: text} of both pages and every row's translation."""
     data = collect()
     out = OrderedDict([(OUTPUTS["md"], render_markdown(data)), (OUTPUTS["html"], render_html(data))])
-    out.update(translation.render_all())
+    out.update(rosetta_extract.render_all())
     return out
 
 
 def leftover_translations() -> List[str]:
     """Files in docs/translations/ that no notebook generates (a translation renamed or merged)."""
-    if not os.path.isdir(translation.OUTPUT_DIR):
+    if not os.path.isdir(rosetta_extract.OUTPUT_DIR):
         return []
-    wanted = {translation.output_path(t) for t in translation.rows()}
-    return sorted(p for p in (os.path.join(translation.OUTPUT_DIR, f) for f in os.listdir(translation.OUTPUT_DIR))
+    wanted = {rosetta_extract.output_path(t) for t in rosetta_extract.rows()}
+    return sorted(p for p in (os.path.join(rosetta_extract.OUTPUT_DIR, f) for f in os.listdir(rosetta_extract.OUTPUT_DIR))
                   if p.endswith(".py") and p not in wanted)
 
 
@@ -335,9 +335,9 @@ def write() -> None:
 
 def extract(row: str) -> str:
     """Write one notebook's translation (``docs/translations/ds2_<name>.py``); returns its path."""
-    path = translation.output_path(row)
+    path = rosetta_extract.output_path(row)
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    atomic_write_text(path, translation.render(row))
+    atomic_write_text(path, rosetta_extract.render(row))
     return path
 
 
@@ -362,15 +362,15 @@ def main(argv=None) -> int:
     """Exit status: 0 written (or current), 1 --check found a page out of date, 2 bad input (one line)."""
     p = OneLineParser(prog=PROG, description="Generate ROSETTA.md and docs/rosetta.html.")
     p.add_argument("--check", action="store_true", help="exit 1 if the pages or translations are not current")
-    p.add_argument("--extract", metavar="NAME", choices=translation.rows() + ["all"],
+    p.add_argument("--extract", metavar="NAME", choices=rosetta_extract.rows() + ["all"],
                    help="write docs/translations/ds2_NAME.py only: the notebook's cells tagged 'translation' as one "
-                        "standalone file (names: %s; or all)" % ", ".join(translation.rows()))
+                        "standalone file (names: %s; or all)" % ", ".join(rosetta_extract.rows()))
     args = p.parse_args(argv)
     if args.check and args.extract:
         return refuse(PROG, "--check and --extract %s: --check compares every page and translation, --extract writes "
                             "one; give one" % args.extract)
     if args.extract:
-        for row in translation.rows() if args.extract == "all" else [args.extract]:
+        for row in rosetta_extract.rows() if args.extract == "all" else [args.extract]:
             print("wrote %s" % os.path.relpath(extract(row), ROOT))
         return 0
     if args.check:
@@ -384,7 +384,3 @@ def main(argv=None) -> int:
     write()
     print("wrote %s" % ", ".join(os.path.relpath(p, ROOT) for p in written))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

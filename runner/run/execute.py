@@ -18,9 +18,13 @@ from common import envinfo, results
 from common.data import DeepMarkIterator
 from common.spec import Preset, get_preset
 
-from . import envs, installed, interrupt, preflight
-from .bootstrap import ROOT, EnvError
-from .targets import ENVS, Target
+from runner.envs import framework_envs
+from runner.envs import use_installed
+from runner import interrupt
+from runner.envs import gpu_preflight
+from runner.base import ROOT, EnvError
+from runner.envs.definitions import ENVS
+from runner.run.targets import Target
 
 
 class RunOptions:
@@ -75,9 +79,9 @@ def prepare_kernel(env, opts: RunOptions, build=None, announce=print) -> str:
     or the environment's own, made or updated from its pins.  Raises EnvError with one line."""
     if env.name in opts.installed:
         python = opts.installed[env.name]
-        return installed.kernel(env, opts.device, python, opts.installed_facts.get(env.name)
-                                or installed.check_env(env, opts.device, [], python)[0])
-    return envs.ensure(env, opts.device, opts.pythons.get(env.name), announce=announce, build=build,
+        return use_installed.kernel(env, opts.device, python, opts.installed_facts.get(env.name)
+                                or use_installed.check_env(env, opts.device, [], python)[0])
+    return framework_envs.ensure(env, opts.device, opts.pythons.get(env.name), announce=announce, build=build,
                        wheelhouse=opts.wheelhouse)
 
 
@@ -86,7 +90,7 @@ def mark_as_is(rec: dict, target: Target, opts: RunOptions) -> dict:
     env = target.env
     if env in opts.installed:
         rec["as_is"] = True
-        rec.setdefault("run", {})["installed"] = installed.record_section(opts.installed[env],
+        rec.setdefault("run", {})["installed"] = use_installed.record_section(opts.installed[env],
                                                                           opts.installed_facts.get(env) or {
                                                                               "python": None, "packages": {}})
     return rec
@@ -122,7 +126,7 @@ def _base_fields(target: Target, opts: RunOptions) -> dict:
 
 
 def _run_info(target: Target, opts: RunOptions, started: str, notebook_out: Optional[str],
-              decision: Optional[preflight.Decision] = None) -> dict:
+              decision: Optional[gpu_preflight.Decision] = None) -> dict:
     env = ENVS[target.env]
     build = decision.build if decision else None
     info = {"started": started, "finished": results.utc_now(), "command": opts.command,
@@ -230,7 +234,7 @@ def can_run(target: Target, opts: RunOptions):
     ``opts`` here, else why not ("failed" for a missing notebook, "skipped" for what this machine cannot do)."""
     decision = None
     if opts.device == "cuda" and target.env not in opts.installed:    # an interpreter as installed brings its build
-        decision = preflight.decide(target.env, opts.gpu, opts.gpu_builds.get(target.env))
+        decision = gpu_preflight.decide(target.env, opts.gpu, opts.gpu_builds.get(target.env))
     if not os.path.exists(target.notebook_path):
         return decision, "failed", "notebook %s does not exist" % os.path.relpath(target.notebook_path, ROOT)
     why = target.cpu_precision_reason(opts.precision) if opts.device == "cpu" else None
@@ -238,7 +242,7 @@ def can_run(target: Target, opts: RunOptions):
         return decision, "skipped", why
     if decision is not None and not decision.runs:
         return decision, "skipped", decision.reason
-    why = preflight.precision_reason(opts.precision, opts.gpu) if opts.device == "cuda" else None
+    why = gpu_preflight.precision_reason(opts.precision, opts.gpu) if opts.device == "cuda" else None
     if why:
         return decision, "skipped", why
     if opts.device == "cuda" and opts.precision in target.unsupported_gpu_precisions:
@@ -348,7 +352,7 @@ def _run(target, opts, announce, finish, done, staged, partial_nb, notebook_out,
         rec["row_of_record"] = target.row_of_record
         rec["run"] = dict(rec.get("run", {}), **_run_info(target, opts, started, executed, decision))
         rec["run"]["wall_s"] = time.time() - t0
-        alongside = envs.made_between(since, time.monotonic())
+        alongside = framework_envs.made_between(since, time.monotonic())
         if alongside:       # its timings shared the machine with these installs (runner/envs.py start_ahead)
             rec["run"]["environments_made_alongside"] = alongside
         return done(rec)
