@@ -6,9 +6,9 @@
 What it does, in a scratch directory (kept with ``--keep``):
 
 1. ``git clone`` this checkout's HEAD (committed work only, as a user gets it);
-2. the environments, as ``python run_all.py`` makes them: the runner's (``runner.bootstrap.ensure_runner_env``), then
+2. the environments, as ``python run_all.py`` makes them: the runner's (``runner.envs.bootstrap.ensure_runner_env``), then
    every framework's in one ``python run_all.py --setup-only --device cpu --frameworks ...`` (made all at once,
-   runner/envs.py), with empty caches of their own (``PIP_CACHE_DIR``, ``UV_CACHE_DIR``), so every wheel is fetched
+   runner/envs/framework_envs.py), with empty caches of their own (``PIP_CACHE_DIR``, ``UV_CACHE_DIR``), so every wheel is fetched
    or read again. ``--installer`` picks what installs them (``DS2_INSTALLER``): uv (default), pip, or both (pip's
    environments first, then uv's, each in its own ``DS2_ENVS_DIR`` with its own empty caches; the runs use uv's);
 3. ``python run_all.py`` (the CPU default: the ``smoke`` preset, every row), the first run;
@@ -57,7 +57,7 @@ def environments(installer, clone, work, env, python, names, log):
                PIP_CACHE_DIR=os.path.join(work, "cache-" + installer, "pip"),
                UV_CACHE_DIR=os.path.join(work, "cache-" + installer, "uv"))
     rows = [("environment: runner", timed(
-        [python, "-c", "from runner.bootstrap import ensure_runner_env; ensure_runner_env()"], clone, env, log)[0])]
+        [python, "-c", "from runner.envs.bootstrap import ensure_runner_env; ensure_runner_env()"], clone, env, log)[0])]
     took, out = timed([python, "run_all.py", "--setup-only", "--device", "cpu", "--frameworks", ",".join(names)],
                       clone, env, log)
     ready = dict(re.findall(r"^environment \d+/\d+: (\S+?)-cpu\S*: ready in (\d+) s", out, flags=re.M))
@@ -95,7 +95,7 @@ def main(argv=None):
     clone, log = os.path.join(work, "clone"), os.path.join(work, "first_run.log")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DS2_", "VIRTUAL_ENV", "UV_"))}
     env.update(XDG_CACHE_HOME=os.path.join(work, "cache"))
-    cntk = subprocess.run([sys.executable, "-m", "runner.cntk_python"], cwd=ROOT, stdout=subprocess.PIPE,
+    cntk = subprocess.run([sys.executable, "-m", "runner.envs.cntk_python"], cwd=ROOT, stdout=subprocess.PIPE,
                           stderr=subprocess.DEVNULL, universal_newlines=True)
     if cntk.returncode == 0 and cntk.stdout.strip():
         env["DS2_CNTK_PYTHON"] = cntk.stdout.strip().splitlines()[-1]

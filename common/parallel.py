@@ -15,7 +15,7 @@ proven equal to one worker.  Standard library + NumPy, no framework import; runs
 * :func:`distributed_section` -- what rank 0 writes into the record's ``distributed`` section.
 
 **The contract of a notebook's data-parallel code** (what ``run_all.py --workers W`` expects; the
-runner's side is :mod:`runner.distributed`):
+runner's side is :mod:`runner.dp.launch`):
 
 1. a ``workers = 1`` line in the tagged ``parameters`` cell (its presence is how the runner knows the
    notebook has data-parallel code); the runner passes ``workers=W`` and ``batch_size`` = the *global*
@@ -137,7 +137,7 @@ def process_start_time(pid: int) -> Optional[str]:
 
 def runner_alive(pid: int, start: Optional[str]) -> bool:
     """Whether the process ``pid`` that started at ``start`` (:func:`process_start_time`) still runs: how a
-    worker (``runner/dp_worker.py``, ``DS2_RUNNER_PID``/``DS2_RUNNER_START``) notices that its runner died."""
+    worker (``runner/dp/worker.py``, ``DS2_RUNNER_PID``/``DS2_RUNNER_START``) notices that its runner died."""
     now = process_start_time(pid)
     if now is None:
         try:

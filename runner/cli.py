@@ -1,250 +1,31 @@
-"""The command line of run_all.py."""
-import argparse
+"""The command line of run_all.py, on top of every package: the options parsed (runner/cli_options.py), then
+checked together (:func:`validate`, runner/cli_checks.py), then the mode asked for, one function each:
+--prepare-wheelhouse, --check, --list, --setup-only, --migrate, --print-host-commands, else the runs; results.md
+after the runs (runner/report)."""
 import os
 import shlex
 import sys
 from typing import List, Optional
 
 from common import envinfo
-from common.spec import CONTROL_PRECISION, PRECISIONS, PRESETS, SKIPPABLE, get_preset
+from common.spec import get_preset
 
-from runner.envs import cntk_python
-from runner.envs import framework_envs
-from runner.run import execute
-from runner import interrupt
-from runner.envs import gpu_preflight
-from runner.report import render
-from runner.envs import use_installed as installed_mod
-from runner import validate
-from runner import cli_checks
-from runner.envs import wheelhouse
+from runner import cli_checks, interrupt
+from runner.cli_options import build_parser
+from runner import validate as input_checks   # the checks every command shares; validate() below is run_all.py's
 from runner.base import ROOT, EnvError
-from runner.run.targets import ALL_TARGETS, TARGETS, VARIANTS, names, variants_of
+from runner.envs import framework_envs, gpu_preflight, wheelhouse
+from runner.envs import use_installed as installed_mod
 from runner.envs.definitions import ENVS
-from runner.validate import OneLineParser, non_empty, positive_int, positive_int_list, seconds
-
-
-def comma_list(choices, what):
-    """A comma list of ``choices``, each once (runner/validate.py); ``all`` alone is every row of record."""
-    return validate.comma_list(choices, what, everything=list(TARGETS) if what == "framework" else None)
-
-
-def preset_name(text: str) -> str:
-    try:
-        return get_preset(text).name
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e))
-
-
-def env_python(text: str):
-    name, sep, path = text.partition("=")
-    if not sep or name not in ENVS or not path:
-        raise argparse.ArgumentTypeError("expected ENV=PATH with ENV one of: %s; got %r" % (", ".join(ENVS), text))
-    return name, path
-
-
-def gpu_build(text: str):
-    """ENV=BUILD for --gpu-build (runner/preflight.py BUILDS)."""
-    try:
-        return gpu_preflight.parse_overrides(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e))
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = OneLineParser(prog="run_all.py", description="Run the DS2 notebooks of every framework and write results.md.")
-    p.add_argument("--frameworks", type=comma_list(list(ALL_TARGETS), "framework"), default=list(TARGETS),
-                   help="comma-separated targets, or 'all' (default: every row of record). Targets: %s; "
-                        "variants: %s" % (names(), ", ".join(VARIANTS)))
-    p.add_argument("--variants", action="store_true",
-                   help="also run each selected framework's fastest known variant (its own row)")
-    p.add_argument("--preset", type=preset_name, default=None,
-                   help="%s (default: deepmark on a CUDA GPU, smoke otherwise)" % " | ".join(PRESETS))
-    p.add_argument("--batch-size", type=positive_int_list, default=None, metavar="N[,M...]",
-                   help="comma-separated minibatch sizes, each its own row (default: the preset's)")
-    p.add_argument("--scale", type=positive_int, default=None,
-                   help="utterances per percent point of the length mix (default: the preset's)")
-    p.add_argument("--precision", type=comma_list(list(PRECISIONS) + [CONTROL_PRECISION], "precision"), default=["fp32"],
-                   help="comma-separated: fp32 (TF32 off), tf32, bf16 (default fp32; on a CPU fp32 and, where the framework "
-                        "has it, bf16); fp64: the float64 control, pytorch only (a reference trajectory, not a row)")
-    p.add_argument("--profile", action="store_true",
-                   help="also profile one training step on an 8-s batch (the record's profile section)")
-    p.add_argument("--skip", type=validate.comma_list(list(SKIPPABLE), "part"), default=[], metavar="PARTS",
-                   help="comma-separated parts each notebook leaves out: %s; export goes with onnx. The record says "
-                        "what was skipped (options.skipped). For a timed run where only the training matters (a "
-                        "lent GPU, tools/gpu_session.py); the notebook needs a skip parameter"
-                        % ", ".join(SKIPPABLE))
-    p.add_argument("--seed", type=validate.seed, default=0,
-                   help="seed of data and initial weights, 0 to %d (default 0)" % validate.MAX_SEED)
-    p.add_argument("--init-weights", type=non_empty("file"), default=None, metavar="NPZ",
-                   help="start every notebook from this canonical .npz (e.g. another run's export, results/weights/"
-                        "*.npz) instead of the canonical initial weights of --seed; checked against the preset's "
-                        "model before anything runs (docs/migration.md)"),
-    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
-                   help="auto: cuda when nvidia-smi sees a GPU (default)")
-    p.add_argument("--workers", type=positive_int, default=1,
-                   help="data-parallel processes per target (default 1; without --hosts at most %d per usable core "
-                        "of this machine); --batch-size is then per worker and --timeout bounds the whole run "
-                        "(runner/distributed.py)" % cli_checks.WORKERS_PER_CORE)
-    p.add_argument("--oversubscribe", action="store_true",
-                   help="with --workers W: start W processes on this machine even when W exceeds %d per usable "
-                        "core" % cli_checks.WORKERS_PER_CORE)
-    p.add_argument("--mxnet-dp", choices=["sync", "local", "dist_sync"], default="sync",
-                   help="MXNet with --workers W: sync (default: one process, W devices, SyncBatchNorm), local (the same, "
-                        "each device its own BatchNorm statistics), dist_sync (W processes + a ps-lite scheduler and "
-                        "server; per-worker statistics; equals local) (runner/distributed.py MXNET_DP_MODES)")
-    p.add_argument("--hosts", type=non_empty("hostfile"), metavar="HOSTFILE", default=None,
-                   help="with --workers W: train on several machines, one host[:slots] per line (W = the slots' sum); "
-                        "each host's processes start over ssh with the framework's own multi-node launcher "
-                        "(docs/data-parallel.md)")
-    p.add_argument("--ssh", default="", metavar="OPTIONS",
-                   help="options for ssh with --hosts, one string (e.g. \"-F /run/ds2-hosts/ssh_config\")")
-    p.add_argument("--join-timeout", type=seconds, default=None, metavar="S",
-                   help="with --hosts: seconds within which every host must start its processes (default 60; at "
-                        "most a week)")
-    p.add_argument("--print-host-commands", action="store_true",
-                   help="with --hosts: print each host's command (for a Slurm or Kubernetes job) instead of running")
-    p.add_argument("--timeout", type=seconds, default=None,
-                   help="seconds a notebook cell may run, at most %d (a week; default: no limit)" % validate.MAX_TIMEOUT_S)
-    p.add_argument("--results-dir", default=os.path.join(ROOT, "results"),
-                   help="where records and executed notebooks go (default: results/; never the repository root, and a folder "
-                        "of tracked files only when named)")
-    p.add_argument("--output", default=None, help="the Markdown table (default: results.md, or <results-dir>/results.md "
-                                                  "for another results dir)")
-    p.add_argument("--python", type=env_python, action="append", default=[], metavar="ENV=PATH",
-                   help="build environment ENV from this interpreter")
-    p.add_argument("--use-installed", type=env_python, action="append", default=[], metavar="ENV=PYTHON",
-                   help="run ENV's rows in this interpreter as it is installed: no environment is made, pip is not "
-                        "called (env DS2_USE_INSTALLED=pytorch=/usr/bin/python3,jax=/usr/bin/python3); a preflight "
-                        "checks what the notebooks import and shows the versions beside the pins")
-    p.add_argument("--wheelhouse", type=non_empty("directory"), default=None, metavar="DIR",
-                   help="make every environment from the wheels in DIR, with no package index (env DS2_WHEELHOUSE); "
-                        "a wheel it lacks is named before anything is made")
-    p.add_argument("--prepare-wheelhouse", type=non_empty("directory"), default=None, metavar="DIR",
-                   help="download into DIR every wheel the selected rows' environments and the runner need (for "
-                        "--device, --wheelhouse-python and --wheelhouse-platform), print the total size, and exit")
-    p.add_argument("--wheelhouse-python", type=non_empty("Python version"), default=None, metavar="X.Y",
-                   help="with --prepare-wheelhouse: the Python version of the machine the wheels are for (default: "
-                        "this one's; an environment that needs another, such as CNTK's 3.6, gets its own)")
-    p.add_argument("--wheelhouse-platform", type=non_empty("platform tag"), action="append", default=[], metavar="TAG",
-                   help="with --prepare-wheelhouse: a platform tag of that machine, repeatable (default: this "
-                        "machine's), e.g. manylinux_2_28_x86_64")
-    p.add_argument("--cntk-python", type=non_empty("interpreter"), default=None, metavar="PATH",
-                   help="a CPython 3.6 (shared-library build) for the CNTK environment (default: DS2_CNTK_PYTHON, "
-                        "else python3.6 on PATH, pyenv's or conda's; see python3 -m runner.cntk_python)")
-    p.add_argument("--setup-only", action="store_true", help="create the environments and kernels, run nothing")
-    p.add_argument("--list", action="store_true", help="list targets and their environments, then exit")
-    p.add_argument("--check", action="store_true",
-                   help="print the GPU preflight (GPU, driver, which build of each framework runs here) and exit")
-    p.add_argument("--gpu-build", type=gpu_build, action="append", default=[], metavar="ENV=BUILD",
-                   help="force a CUDA build, e.g. pytorch=cu126 (env DS2_GPU_BUILD=pytorch=cu126,jax=cuda12); "
-                        "builds: %s" % "; ".join("%s: %s" % (e, ", ".join(b.name for b in bs))
-                                                 for e, bs in gpu_preflight.BUILDS.items()))
-    p.add_argument("--migrate", action="store_true",
-                   help="load every selected framework's exported weights (results/weights/, from their last runs with "
-                        "this preset, precision and batch size) into every selected framework: only the notebooks' "
-                        "cells up to the correctness check plus the export cell run, no training; records in "
-                        "results/migration/, the matrix in results.md (runner/migrate.py)")
-    p.add_argument("--migrate-to", type=comma_list(list(ALL_TARGETS), "framework"), default=None, metavar="T[,T...]",
-                   help="with --migrate: load the --frameworks exports into these frameworks only (default: into every "
-                        "one of --frameworks), e.g. --frameworks mxnet,cntk --migrate-to pytorch,jax")
-    p.add_argument("--no-progress", action="store_true", help="no papermill progress bars")
-    return p
+from runner.report import render
+from runner.run import execute
+from runner.run.targets import ALL_TARGETS, TARGETS, variants_of
 
 
 def output_paths(args) -> tuple:
     """The results directory and the results page, absolute (runner/validate.py output_default)."""
     results_dir = os.path.abspath(args.results_dir)
-    return results_dir, os.path.abspath(args.output or validate.output_default(results_dir))
-
-
-def python_error(env_name: str, path: str) -> Optional[str]:
-    """Why the interpreter given for an environment (--python ENV=PATH) cannot build it, or None."""
-    env = ENVS[env_name]
-    if env.shared_python:
-        cand = cntk_python.check(path, "--python %s=" % env_name)
-        return None if cand.ok else "--python %s=%s %s" % (env_name, path, cand.reason)
-    facts, reason = cntk_python.probe(path)
-    if facts is None:
-        return "--python %s=%s: %s" % (env_name, path, reason)
-    problem = env.python_problem(facts["version"])
-    if problem:
-        return "--python %s=%s is Python %s; %s" % (env_name, path, facts["version"], problem)
-    return None
-
-
-def resolve_pythons(args, env_names: List[str]):
-    """The interpreters per environment, what to say about them, the errors, and the environments whose
-    interpreter was found rather than given: every --python is checked, and the CNTK interpreter is
-    given (--cntk-python, DS2_CNTK_PYTHON) or found."""
-    pythons, notes, errors, discovered = {}, [], [], set()
-    for name, path in args.python:
-        error = python_error(name, path)
-        if error:
-            errors.append(error)
-        pythons[name] = path
-    if "cntk" in ENVS and "cntk" not in pythons and (
-            "cntk" in env_names or args.cntk_python or os.environ.get(cntk_python.ENV_VAR)):
-        found = cntk_python.discover(args.cntk_python)
-        if found.error:
-            errors.append(found.error)
-        elif found.chosen:
-            pythons["cntk"] = found.path
-            if found.given is None:
-                discovered.add("cntk")
-        if "cntk" in env_names:
-            notes += found.lines()
-    elif "cntk" in pythons and "cntk" in env_names:
-        notes.append("CNTK interpreter: %s (from --python cntk=)" % pythons["cntk"])
-    return pythons, notes, errors, discovered
-
-
-def resolve_installed(args):
-    """{env: interpreter} of --use-installed and DS2_USE_INSTALLED (the option wins), and the errors: an unknown
-    environment, an interpreter that is not there, an environment also given --python."""
-    errors, out = [], {}
-    try:
-        from_env = installed_mod.parse_assignments(os.environ.get("DS2_USE_INSTALLED", ""))
-    except ValueError as e:
-        return {}, ["DS2_USE_INSTALLED: %s" % e]
-    for name, path in from_env:
-        if name not in ENVS:
-            errors.append("DS2_USE_INSTALLED: unknown environment %r; choose from: %s" % (name, ", ".join(ENVS)))
-        out[name] = path
-    for name, path in args.use_installed:
-        out[name] = path
-    for name, path in out.items():
-        if name in dict(args.python):
-            errors.append("--use-installed %s and --python %s: one runs the interpreter as it is, the other builds an "
-                          "environment from it; give one" % (name, name))
-        elif not (os.path.isfile(path) and os.access(path, os.X_OK)):
-            errors.append("--use-installed %s=%s: no such executable" % (name, path))
-    return {k: os.path.abspath(v) for k, v in out.items()}, errors
-
-
-def offline_preflight(args, env_names, targets, device, gpus, gpu_builds, pythons, installed) -> dict:
-    """Before anything runs: every environment still to be made is in the wheelhouse (``--wheelhouse``: asked of
-    pip, offline), and every interpreter of ``--use-installed`` has what its rows import (its versions printed
-    beside the pins).  Returns {env: the installed interpreter's probe}; raises EnvError with one line."""
-    if args.wheelhouse:
-        for env_name in [e for e in env_names if e not in installed]:
-            decision = gpu_preflight.decide(env_name, gpus[0], gpu_builds.get(env_name)) if device == "cuda" else None
-            if decision is not None and not decision.runs:
-                continue
-            build = decision.build if decision else None
-            env = ENVS[env_name]
-            if framework_envs.status(env, device, pythons.get(env_name), build) == "ready" or \
-                    (env.needs_python and env_name not in pythons):
-                continue
-            wheelhouse.check(args.wheelhouse, env.requirements(device, build),
-                             framework_envs.python_version(pythons.get(env_name) or framework_envs.default_python()),
-                             "environment %s" % env_name, pip_spec=env.pip)
-    facts = {}
-    for env_name in [e for e in env_names if e in installed]:
-        used = [t for t in targets if t.env == env_name]
-        facts[env_name], lines = installed_mod.check_env(ENVS[env_name], device, used, installed[env_name])
-        print("\n".join(lines))
-    return facts
+    return results_dir, os.path.abspath(args.output or input_checks.output_default(results_dir))
 
 
 def shown(path: str) -> str:
@@ -280,60 +61,114 @@ def main(argv=None) -> int:
         interrupt.restore(previous)
 
 
-def _main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
-    targets = select_targets(args.frameworks, args.variants)
-    destinations = select_targets(args.migrate_to) if args.migrate_to else targets
-    env_names = list(ENVS) if args.list else sorted(set(t.env for t in targets + destinations), key=list(ENVS).index)
-    # every option, variable, path and interpreter is checked before anything is built (runner/validate.py)
-    results_dir, output = output_paths(args)
-    errors = cli_checks.run_all_errors(args, targets)
-    pythons, notes, python_errors, discovered = resolve_pythons(args, env_names)
+class Plan:
+    """What run_all.py was asked to do, as :func:`validate` and the steps after it settle it: the rows, the
+    environments, the interpreters, the device, the presets and the runs."""
+
+    def __init__(self, args, argv=None):
+        self.args = args
+        self.targets = select_targets(args.frameworks, args.variants)
+        self.destinations = select_targets(args.migrate_to) if args.migrate_to else self.targets
+        self.env_names = list(ENVS) if args.list else sorted(set(t.env for t in self.targets + self.destinations),
+                                                             key=list(ENVS).index)
+        self.results_dir, self.output = output_paths(args)
+        self.command = "python run_all.py" + "".join(" " + shlex.quote(a)
+                                                     for a in (sys.argv[1:] if argv is None else argv))
+        self.pythons, self.notes, self.discovered, self.installed, self.gpu_builds = {}, [], set(), {}, {}
+        self.gpus, self.device, self.presets, self.runs, self.installed_facts = [], None, [], [], {}
+        self.preset_name_given = args.preset is not None
+
+    def run_options(self, precision, run_preset, command="", facts=None) -> execute.RunOptions:
+        args = self.args
+        return execute.RunOptions(run_preset, precision, args.seed, self.device, self.results_dir,
+                                  timeout=args.timeout, pythons=self.pythons, command=command,
+                                  gpu=self.gpus[0] if self.gpus else None, progress=not args.no_progress,
+                                  found=self.discovered, gpu_builds=self.gpu_builds, profile=args.profile,
+                                  init_weights=args.init_weights, installed=self.installed,
+                                  installed_facts=facts or {}, wheelhouse=args.wheelhouse, skip=args.skip)
+
+
+def validate(args, argv=None):
+    """Every option, variable, path and interpreter checked before anything is built (runner/validate.py,
+    runner/cli_checks.py): (the plan, None), or (None, the first refusal's line)."""
+    plan = Plan(args, argv)
+    errors = cli_checks.run_all_errors(args, plan.targets)
+    plan.pythons, plan.notes, python_errors, plan.discovered = cli_checks.resolve_pythons(args, plan.env_names)
     errors += python_errors
-    installed, installed_errors = resolve_installed(args)
+    plan.installed, installed_errors = cli_checks.resolve_installed(args)
     errors += installed_errors
     try:
-        gpu_builds = gpu_preflight.env_overrides()
+        plan.gpu_builds = gpu_preflight.env_overrides()
     except ValueError as e:
         errors.append("DS2_GPU_BUILD: %s" % e)
     else:
         for forced in args.gpu_build:
-            gpu_builds.update(forced)
-    if errors:
-        return error(errors[0])
-    if args.prepare_wheelhouse:          # for another machine: this one's GPU does not matter
-        return _prepare_wheelhouse(args, env_names, gpu_builds)
-    gpus = envinfo.gpus()
-    device = args.device if args.device != "auto" else ("cuda" if gpus else "cpu")
-    if device == "cuda" and not gpus:
-        return error("--device cuda, but nvidia-smi sees no GPU")
+            plan.gpu_builds.update(forced)
+    return (None, errors[0]) if errors else (plan, None)
 
+
+def _main(argv=None) -> int:
+    """run_all.py: its checks (:func:`validate`), then the mode asked for: --prepare-wheelhouse, --check, --list,
+    --setup-only, --migrate, --print-host-commands, else the runs."""
+    args = build_parser().parse_args(argv)
+    plan, problem = validate(args, argv)
+    if problem:
+        return error(problem)
+    if args.prepare_wheelhouse:          # for another machine: this one's GPU does not matter
+        return prepare_wheelhouse(plan)
+    plan.gpus = envinfo.gpus()
+    plan.device = args.device if args.device != "auto" else ("cuda" if plan.gpus else "cpu")
+    if plan.device == "cuda" and not plan.gpus:
+        return error("--device cuda, but nvidia-smi sees no GPU")
     if args.check:
-        print("\n".join(gpu_preflight.report(TARGETS.values(), gpus if device == "cuda" else [], gpu_builds, details=True)))
+        print("\n".join(gpu_preflight.report(TARGETS.values(), plan.gpus if plan.device == "cuda" else [],
+                                             plan.gpu_builds, details=True)))
         return 0
     if args.list:
-        print("device: %s%s" % (device, " (%s)" % gpus[0]["name"] if gpus and device == "cuda" else ""))
-        decisions = gpu_preflight.plan(ALL_TARGETS.values(), gpus[0], gpu_builds) if device == "cuda" else {}
-        for t in ALL_TARGETS.values():
-            env = ENVS[t.env]
-            build = decisions[t.name].build if t.name in decisions else None
-            state = framework_envs.status(env, device, pythons.get(env.name), build)
-            present = "" if os.path.exists(t.notebook_path) else "  [notebook missing]"
-            print("%-18s %-40s env %-10s %-8s %s%s" % (t.name, t.label, env.name, state, env.python_hint, present))
-        for line in notes:
-            print(line)
-        print("\n".join(gpu_preflight.report(TARGETS.values(), gpus if device == "cuda" else [], gpu_builds)))
-        return 0
+        return list_targets(plan)
+    status = prepare_runs(plan)
+    if status is not None:
+        return status
+    if args.setup_only:
+        return setup_only(plan)
+    if args.migrate:
+        return migrate_matrix(plan)
+    if args.print_host_commands:
+        return print_host_commands(plan)
+    return run_rows(plan)
 
-    preset_name_given = args.preset is not None
-    if not preset_name_given:
-        args.preset = "deepmark" if device == "cuda" else "smoke"
-    presets = [get_preset(args.preset).with_overrides(batch_size=bs, scale=args.scale)
-               for bs in (args.batch_size or [None])]
-    preset = presets[0]
+
+def list_targets(plan: Plan) -> int:
+    """``--list``: every target, its environment and whether that is made; then the GPU preflight's report."""
+    gpus, device = plan.gpus, plan.device
+    print("device: %s%s" % (device, " (%s)" % gpus[0]["name"] if gpus and device == "cuda" else ""))
+    decisions = gpu_preflight.plan(ALL_TARGETS.values(), gpus[0], plan.gpu_builds) if device == "cuda" else {}
+    for t in ALL_TARGETS.values():
+        env = ENVS[t.env]
+        build = decisions[t.name].build if t.name in decisions else None
+        state = framework_envs.status(env, device, plan.pythons.get(env.name), build)
+        present = "" if os.path.exists(t.notebook_path) else "  [notebook missing]"
+        print("%-18s %-40s env %-10s %-8s %s%s" % (t.name, t.label, env.name, state, env.python_hint, present))
+    for line in plan.notes:
+        print(line)
+    print("\n".join(gpu_preflight.report(TARGETS.values(), gpus if device == "cuda" else [], plan.gpu_builds)))
+    return 0
+
+
+def prepare_runs(plan: Plan) -> Optional[int]:
+    """The checks that need the device: the presets, the data against this machine's memory, --init-weights, a
+    row that can run here at all, the wheelhouse and the interpreters as installed; then what the run prints
+    first.  The exit status of a refusal, else None (``plan.presets``, ``plan.runs`` and ``plan.installed_facts``
+    set)."""
+    args = plan.args
+    if not plan.preset_name_given:
+        args.preset = "deepmark" if plan.device == "cuda" else "smoke"
+    plan.presets = [get_preset(args.preset).with_overrides(batch_size=bs, scale=args.scale)
+                    for bs in (args.batch_size or [None])]
+    preset = plan.presets[0]
     # the data must fit this machine's memory (each local worker process builds the global batch's iterator)
-    problem = cli_checks.memory_error(presets, args.workers, 1 if args.host_list else args.workers,
-                                    args.batch_size is not None)
+    problem = cli_checks.memory_error(plan.presets, args.workers, 1 if args.host_list else args.workers,
+                                      args.batch_size is not None)
     if problem:
         return error(problem)
     if args.init_weights:                 # a bad file is one line now, not eight failed notebooks later
@@ -343,99 +178,129 @@ def _main(argv=None) -> int:
             load_state(args.init_weights, preset.config)
         except WeightsError as e:
             return error("--init-weights: %s (preset %s)" % (e, preset.name))
-
-    def run_options(precision, run_preset, command="", facts=None):
-        return execute.RunOptions(run_preset, precision, args.seed, device, results_dir, timeout=args.timeout,
-                                  pythons=pythons, command=command, gpu=gpus[0] if gpus else None,
-                                  progress=not args.no_progress, found=discovered, gpu_builds=gpu_builds,
-                                  profile=args.profile, init_weights=args.init_weights, installed=installed,
-                                  installed_facts=facts or {}, wheelhouse=args.wheelhouse, skip=args.skip)
-
-    runs = [(t, prec, p) for t in targets for prec in args.precision for p in presets]
+    plan.runs = [(t, prec, p) for t in plan.targets for prec in args.precision for p in plan.presets]
     if not args.migrate and not args.setup_only:      # every row skipped for a reason known now: nothing starts
-        reason = cli_checks.nothing_runs(runs, lambda t, prec, p: execute.can_run(t, run_options(prec, p))[1:])
+        reason = cli_checks.nothing_runs(plan.runs, lambda t, prec, p: execute.can_run(t, plan.run_options(prec, p))[1:])
         if reason:
             return error(reason, status=1)
-    for line in notes:
+    for line in plan.notes:
         print(line)
-    if not preset_name_given:
-        print("No --preset given: %s (%s)." % (args.preset, "a CUDA GPU is visible" if device == "cuda"
+    if not plan.preset_name_given:
+        print("No --preset given: %s (%s)." % (args.preset, "a CUDA GPU is visible" if plan.device == "cuda"
                                                  else "no CUDA GPU visible; use a GPU machine for the real benchmark, "
                                                       "or for the full model on this CPU: --preset cpu"))
-    if device == "cuda":
-        print("\n".join(gpu_preflight.report([t for t in targets if t.env not in installed], gpus, gpu_builds)))
+    if plan.device == "cuda":
+        print("\n".join(gpu_preflight.report([t for t in plan.targets if t.env not in plan.installed], plan.gpus,
+                                             plan.gpu_builds)))
     try:
-        installed_facts = offline_preflight(args, env_names, targets + destinations, device, gpus, gpu_builds, pythons,
-                                            installed)
+        plan.installed_facts = cli_checks.offline_preflight(args, plan.env_names, plan.targets + plan.destinations,
+                                                            plan.device, plan.gpus, plan.gpu_builds, plan.pythons,
+                                                            plan.installed)
     except EnvError as e:            # a wheel the wheelhouse lacks, a package the installed interpreter lacks
         return error(str(e))
+    return None
 
-    if args.setup_only:
-        failed = 0
-        framework_envs.start_ahead([(ENVS[e], device, pythons.get(e), b, args.wheelhouse) for e, b in
-                          _builds_to_make(env_names, device, gpus, gpu_builds, installed)], verbose=not args.no_progress)
-        for env_name in env_names:
-            decision = gpu_preflight.decide(env_name, gpus[0], gpu_builds.get(env_name)) if device == "cuda" else None
-            if decision is not None and not decision.runs:
-                print("%s: skipped: %s" % (env_name, decision.reason))
-                continue
-            try:
-                if env_name in installed:          # nothing to make: the interpreter's kernel
-                    kernel = installed_mod.kernel(ENVS[env_name], device, installed[env_name],
-                                                  installed_facts[env_name])
-                else:
-                    kernel = framework_envs.ensure(ENVS[env_name], device, pythons.get(env_name),
-                                         build=decision.build if decision else None, wheelhouse=args.wheelhouse)
-                print("%s: ready (kernel %s)" % (env_name, kernel))
-            except EnvError as e:
-                failed += 1
-                print("%s: %s" % (env_name, e))
-        return 1 if failed else 0
 
-    command = "python run_all.py" + "".join(" " + shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
-    if args.migrate:
-        return _migrate(args, targets, destinations, presets, device, results_dir, output, pythons, command, gpus,
-                        discovered, gpu_builds, installed, installed_facts)
-    print("Running %d notebook(s) on %s, preset %s (batch size %s, scale %d)%s, results in %s"
-          % (len(runs), device, preset.name, ",".join(str(p.batch_size) for p in presets), preset.scale,
-             ", profiling one step" if args.profile else "", shown(results_dir)))
-    records, printed = [], 0
-    stopped = None
-    if not args.print_host_commands:   # the later rows' environments are made while the first rows run
-        framework_envs.start_ahead(_row_environments(runs, run_options), verbose=not args.no_progress)
-    for i, (target, precision, run_preset) in enumerate(runs, 1):
-        print("[%d/%d] %s, %s, batch %d" % (i, len(runs), target.name, precision, run_preset.batch_size), flush=True)
-        opts = run_options(precision, run_preset, command, installed_facts)
+def setup_only(plan: Plan) -> int:
+    """``--setup-only``: every selected environment and kernel made (several at once), nothing run."""
+    args, device, gpus, installed = plan.args, plan.device, plan.gpus, plan.installed
+    failed = 0
+    framework_envs.start_ahead([(ENVS[e], device, plan.pythons.get(e), b, args.wheelhouse) for e, b in
+                                _builds_to_make(plan.env_names, device, gpus, plan.gpu_builds, installed)],
+                               verbose=not args.no_progress)
+    for env_name in plan.env_names:
+        decision = gpu_preflight.decide(env_name, gpus[0], plan.gpu_builds.get(env_name)) if device == "cuda" else None
+        if decision is not None and not decision.runs:
+            print("%s: skipped: %s" % (env_name, decision.reason))
+            continue
         try:
-            if args.workers > 1:
-                from runner.dp import launch
-                rec = launch.run_target(target, opts, args.workers, mxnet_dp=args.mxnet_dp, hosts=args.host_list,
-                                             ssh_options=args.ssh_options, join_timeout=args.join_timeout,
-                                             print_host_commands=args.print_host_commands)
-                if rec is None:                 # --print-host-commands: printed, nothing ran
-                    printed += 1
-                    continue
-                records.append(rec)
+            if env_name in installed:          # nothing to make: the interpreter's kernel
+                kernel = installed_mod.kernel(ENVS[env_name], device, installed[env_name],
+                                              plan.installed_facts[env_name])
             else:
-                records.append(execute.run_target(target, opts))
+                kernel = framework_envs.ensure(ENVS[env_name], device, plan.pythons.get(env_name),
+                                               build=decision.build if decision else None, wheelhouse=args.wheelhouse)
+            print("%s: ready (kernel %s)" % (env_name, kernel))
+        except EnvError as e:
+            failed += 1
+            print("%s: %s" % (env_name, e))
+    return 1 if failed else 0
+
+
+def _run_one(plan: Plan, target, precision, run_preset) -> Optional[dict]:
+    """One row: its record (None when --print-host-commands printed its lines instead of running it)."""
+    args = plan.args
+    opts = plan.run_options(precision, run_preset, plan.command, plan.installed_facts)
+    if args.workers > 1:
+        from runner.dp import launch
+        return launch.run_target(target, opts, args.workers, mxnet_dp=args.mxnet_dp, hosts=args.host_list,
+                                 ssh_options=args.ssh_options, join_timeout=args.join_timeout,
+                                 print_host_commands=args.print_host_commands)
+    return execute.run_target(target, opts)
+
+
+def _run_all(plan: Plan):
+    """Every run in order, each announced: (its records, how many printed their host commands, and (the signal,
+    where) when one stopped them)."""
+    records, printed = [], 0
+    for i, (target, precision, run_preset) in enumerate(plan.runs, 1):
+        print("[%d/%d] %s, %s, batch %d" % (i, len(plan.runs), target.name, precision, run_preset.batch_size),
+              flush=True)
+        try:
+            rec = _run_one(plan, target, precision, run_preset)
         except interrupt.Interrupted as e:
-            stopped = (e, "%s %s batch %d" % (target.name, precision, run_preset.batch_size))
-            break
+            return records, printed, (e, "%s %s batch %d" % (target.name, precision, run_preset.batch_size))
+        if rec is None:                 # --print-host-commands: printed, nothing ran
+            printed += 1
+        else:
+            records.append(rec)
+    return records, printed, None
+
+
+def _announce_runs(plan: Plan) -> None:
+    args, preset = plan.args, plan.presets[0]
+    print("Running %d notebook(s) on %s, preset %s (batch size %s, scale %d)%s, results in %s"
+          % (len(plan.runs), plan.device, preset.name, ",".join(str(p.batch_size) for p in plan.presets),
+             preset.scale, ", profiling one step" if args.profile else "", shown(plan.results_dir)))
+
+
+def print_host_commands(plan: Plan) -> int:
+    """``--print-host-commands``: each host's lines of every selected row printed, nothing run (no results.md);
+    what was printed counts as run, a row that could not be is skipped or failed."""
+    _announce_runs(plan)
+    records, printed, _ = _run_all(plan)
     statuses = [r["status"] for r in records]
-    if args.print_host_commands:        # what was printed counts as run; a row that could not be is skipped or failed
-        return (1 if "failed" in statuses else 0) if printed else _exit_status(records)
-    if stopped is None:
-        with interrupt.deferred():      # results.md is written whole; a signal now stops the run after it
-            render.write(results_dir, output, command, execute.git_commit(), warn=warning_line)
-    else:                               # a second signal now exits at once (runner.interrupt)
-        render.write(results_dir, output, command, execute.git_commit(), warn=warning_line)
-        e, where = stopped
-        interrupt.stderr_line("run_all.py: %s during %s: recorded as failed; %s regenerated from the records in %s"
-                              % (e.reason, where, shown(output), shown(results_dir)))
-        return e.exit_status
-    print("Wrote %s: %d ok, %d failed, %d skipped." % (shown(output), statuses.count("ok"),
+    return (1 if "failed" in statuses else 0) if printed else _exit_status(records)
+
+
+def run_rows(plan: Plan) -> int:
+    """The runs: every selected row, precision and batch size, each into its record (the later rows' environments
+    made while the first rows run); then results.md from every record of the results directory."""
+    _announce_runs(plan)
+    framework_envs.start_ahead(_row_environments(plan.runs, plan.run_options), verbose=not plan.args.no_progress)
+    records, _, stopped = _run_all(plan)
+    status = _write_report(plan, stopped, "%s regenerated from the records in %s" % (shown(plan.output),
+                                                                                   shown(plan.results_dir)))
+    if status is not None:
+        return status
+    statuses = [r["status"] for r in records]
+    print("Wrote %s: %d ok, %d failed, %d skipped." % (shown(plan.output), statuses.count("ok"),
                                                      statuses.count("failed"), statuses.count("skipped")))
     return _exit_status(records)
+
+
+def _write_report(plan: Plan, stopped, regenerated: str) -> Optional[int]:
+    """results.md from the records; the exit status of the signal that stopped the runs (``stopped``: (it,
+    where)), else None."""
+    if stopped is None:
+        with interrupt.deferred():      # results.md is written whole; a signal now stops the run after it
+            render.write(plan.results_dir, plan.output, plan.command, execute.git_commit(), warn=warning_line)
+        return None
+    # a second signal now exits at once (runner.interrupt)
+    render.write(plan.results_dir, plan.output, plan.command, execute.git_commit(), warn=warning_line)
+    e, where = stopped
+    interrupt.stderr_line("run_all.py: %s during %s: recorded as failed; %s" % (e.reason, where, regenerated))
+    return e.exit_status
 
 
 def _builds_to_make(env_names, device, gpus, gpu_builds, installed):
@@ -478,9 +343,10 @@ def _exit_status(records: List[dict]) -> int:
     return 1 if any(r["status"] == "failed" for r in records) else 0
 
 
-def _prepare_wheelhouse(args, env_names, gpu_builds) -> int:
+def prepare_wheelhouse(plan: Plan) -> int:
     """``--prepare-wheelhouse DIR``: every wheel the selected rows' environments and the runner need, for the
     machine named by --device, --wheelhouse-python and --wheelhouse-platform; then the total size."""
+    args, env_names, gpu_builds = plan.args, plan.env_names, plan.gpu_builds
     device = "cpu" if args.device == "auto" else args.device
     directory = os.path.abspath(args.prepare_wheelhouse)
     os.makedirs(directory, exist_ok=True)
@@ -510,10 +376,11 @@ def _prepare_wheelhouse(args, env_names, gpu_builds) -> int:
     return 0
 
 
-def _migrate(args, targets, destinations, presets, device, results_dir, output, pythons, command, gpus, discovered,
-             gpu_builds, installed, installed_facts) -> int:
+def migrate_matrix(plan: Plan) -> int:
     """``--migrate``: the matrix of every selected source's export loaded into every destination (``--migrate-to``,
     else the sources), per precision and batch size (runner/migrate.py); then results.md."""
+    args, targets, destinations, presets = plan.args, plan.targets, plan.destinations, plan.presets
+    device, results_dir, output, gpus = plan.device, plan.results_dir, plan.output, plan.gpus
     from runner import migrate
     print("Migrating %d framework(s) into %s on %s, preset %s (batch size %s), from the exports in %s"
           % (len(targets), "each other" if destinations == targets else ", ".join(t.name for t in destinations),
@@ -524,10 +391,10 @@ def _migrate(args, targets, destinations, presets, device, results_dir, output, 
     for precision in args.precision:
         for run_preset in presets:
             opts = execute.RunOptions(run_preset, precision, args.seed, device, results_dir, timeout=args.timeout,
-                                      pythons=pythons, command=command, gpu=gpus[0] if gpus else None,
-                                      progress=not args.no_progress, found=discovered, gpu_builds=gpu_builds,
-                                      installed=installed, installed_facts=installed_facts,
-                                      wheelhouse=args.wheelhouse)
+                                      pythons=plan.pythons, command=plan.command, gpu=gpus[0] if gpus else None,
+                                      progress=not args.no_progress, found=plan.discovered,
+                                      gpu_builds=plan.gpu_builds, installed=plan.installed,
+                                      installed_facts=plan.installed_facts, wheelhouse=args.wheelhouse)
             try:
                 records += migrate.run_matrix(targets, opts, destinations=destinations)
             except interrupt.Interrupted as e:
@@ -535,15 +402,9 @@ def _migrate(args, targets, destinations, presets, device, results_dir, output, 
                 break
         if stopped:
             break
-    if stopped is None:
-        with interrupt.deferred():      # results.md is written whole
-            render.write(results_dir, output, command, execute.git_commit(), warn=warning_line)
-    else:                               # a second signal now exits at once (runner.interrupt)
-        render.write(results_dir, output, command, execute.git_commit(), warn=warning_line)
-        e, where = stopped
-        interrupt.stderr_line("run_all.py: %s during %s: recorded as failed; %s regenerated" % (e.reason, where,
-                                                                                                 shown(output)))
-        return e.exit_status
+    status = _write_report(plan, stopped, "%s regenerated" % shown(output))
+    if status is not None:
+        return status
     statuses = [r["status"] for r in records]
     print("Wrote %s: %d migrations ok, %d failed, %d skipped (records in %s)."
           % (shown(output), statuses.count("ok"), statuses.count("failed"), statuses.count("skipped"),

@@ -13,6 +13,9 @@ hostfile (runner.dp), so they sit on top, next to the command line.  A refusal i
 import os
 from typing import Dict, Iterable, List, Optional, Sequence
 
+from runner.envs import cntk_python, framework_envs, gpu_preflight, wheelhouse
+from runner.envs import use_installed as installed_mod
+from runner.envs.definitions import ENVS
 from runner.validate import (environment_errors, notebook_parameter_names, output_default, output_error,
                              repeated_error, results_dir_error)
 
@@ -171,7 +174,7 @@ def skip_errors(skip: Sequence[str], targets, migrate: bool = False) -> List[str
 
 # ---- run_all.py: every option and variable, before anything is probed, created or started ----------------------
 def _launchers(targets, mxnet_dp: str) -> Dict[str, object]:
-    """{target: the launcher its --workers run starts} (runner/launchers.py)."""
+    """{target: the launcher its --workers run starts} (runner/dp/launchers.py)."""
     from runner.dp.launchers import LAUNCHERS, TARGET_LAUNCHERS
     from runner.run.targets import MXNET_DP_MODES
     out = {}
@@ -283,3 +286,93 @@ def none_ran(records: List[dict]) -> Optional[str]:
     name = first.get("target") or "%s -> %s" % (first.get("source"), first.get("destination"))
     return "no selected row ran (%s); %s %s: %s" % (", ".join(counts), name, first.get("precision") or "",
                                                      first.get("error") or first.get("status"))
+
+
+# ---- interpreters: --python, --cntk-python, --use-installed; the wheelhouse ----------------------------------
+def python_error(env_name: str, path: str) -> Optional[str]:
+    """Why the interpreter given for an environment (--python ENV=PATH) cannot build it, or None."""
+    env = ENVS[env_name]
+    if env.shared_python:
+        cand = cntk_python.check(path, "--python %s=" % env_name)
+        return None if cand.ok else "--python %s=%s %s" % (env_name, path, cand.reason)
+    facts, reason = cntk_python.probe(path)
+    if facts is None:
+        return "--python %s=%s: %s" % (env_name, path, reason)
+    problem = env.python_problem(facts["version"])
+    if problem:
+        return "--python %s=%s is Python %s; %s" % (env_name, path, facts["version"], problem)
+    return None
+
+
+def resolve_pythons(args, env_names: List[str]):
+    """The interpreters per environment, what to say about them, the errors, and the environments whose
+    interpreter was found rather than given: every --python is checked, and the CNTK interpreter is
+    given (--cntk-python, DS2_CNTK_PYTHON) or found."""
+    pythons, notes, errors, discovered = {}, [], [], set()
+    for name, path in args.python:
+        error = python_error(name, path)
+        if error:
+            errors.append(error)
+        pythons[name] = path
+    if "cntk" in ENVS and "cntk" not in pythons and (
+            "cntk" in env_names or args.cntk_python or os.environ.get(cntk_python.ENV_VAR)):
+        found = cntk_python.discover(args.cntk_python)
+        if found.error:
+            errors.append(found.error)
+        elif found.chosen:
+            pythons["cntk"] = found.path
+            if found.given is None:
+                discovered.add("cntk")
+        if "cntk" in env_names:
+            notes += found.lines()
+    elif "cntk" in pythons and "cntk" in env_names:
+        notes.append("CNTK interpreter: %s (from --python cntk=)" % pythons["cntk"])
+    return pythons, notes, errors, discovered
+
+
+def resolve_installed(args):
+    """{env: interpreter} of --use-installed and DS2_USE_INSTALLED (the option wins), and the errors: an unknown
+    environment, an interpreter that is not there, an environment also given --python."""
+    errors, out = [], {}
+    try:
+        from_env = installed_mod.parse_assignments(os.environ.get("DS2_USE_INSTALLED", ""))
+    except ValueError as e:
+        return {}, ["DS2_USE_INSTALLED: %s" % e]
+    for name, path in from_env:
+        if name not in ENVS:
+            errors.append("DS2_USE_INSTALLED: unknown environment %r; choose from: %s" % (name, ", ".join(ENVS)))
+        out[name] = path
+    for name, path in args.use_installed:
+        out[name] = path
+    for name, path in out.items():
+        if name in dict(args.python):
+            errors.append("--use-installed %s and --python %s: one runs the interpreter as it is, the other builds an "
+                          "environment from it; give one" % (name, name))
+        elif not (os.path.isfile(path) and os.access(path, os.X_OK)):
+            errors.append("--use-installed %s=%s: no such executable" % (name, path))
+    return {k: os.path.abspath(v) for k, v in out.items()}, errors
+
+
+def offline_preflight(args, env_names, targets, device, gpus, gpu_builds, pythons, installed) -> dict:
+    """Before anything runs: every environment still to be made is in the wheelhouse (``--wheelhouse``: asked of
+    pip, offline), and every interpreter of ``--use-installed`` has what its rows import (its versions printed
+    beside the pins).  Returns {env: the installed interpreter's probe}; raises EnvError with one line."""
+    if args.wheelhouse:
+        for env_name in [e for e in env_names if e not in installed]:
+            decision = gpu_preflight.decide(env_name, gpus[0], gpu_builds.get(env_name)) if device == "cuda" else None
+            if decision is not None and not decision.runs:
+                continue
+            build = decision.build if decision else None
+            env = ENVS[env_name]
+            if framework_envs.status(env, device, pythons.get(env_name), build) == "ready" or \
+                    (env.needs_python and env_name not in pythons):
+                continue
+            wheelhouse.check(args.wheelhouse, env.requirements(device, build),
+                             framework_envs.python_version(pythons.get(env_name) or framework_envs.default_python()),
+                             "environment %s" % env_name, pip_spec=env.pip)
+    facts = {}
+    for env_name in [e for e in env_names if e in installed]:
+        used = [t for t in targets if t.env == env_name]
+        facts[env_name], lines = installed_mod.check_env(ENVS[env_name], device, used, installed[env_name])
+        print("\n".join(lines))
+    return facts

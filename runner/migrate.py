@@ -250,7 +250,7 @@ def _rel(path: Optional[str]) -> Optional[str]:
 
 def kernel_for(target: Target, opts: "execute.RunOptions", announce=print) -> Tuple[Optional[str], Optional[tuple]]:
     """(kernel name, None) when ``target``'s notebook can run here, else (None, (status, reason)) -- the
-    same decisions as an ordinary run (runner/execute.py ``can_run`` and the environment)."""
+    same decisions as an ordinary run (runner/run/execute.py ``can_run`` and the environment)."""
     decision, status, reason = execute.can_run(target, opts)
     if reason:
         return None, (status, reason)

@@ -1,7 +1,7 @@
 """Every input of the project's commands, checked before anything is created or started.
 
 run_all.py (runner/cli.py), ``python -m runner.report``, ``python -m runner.rosetta`` and the bootstrap
-(runner/bootstrap.py: ``DS2_RUNNER``, ``DS2_ENVS_DIR``) take their checks from here.  A refusal is one line,
+(runner/envs/bootstrap.py: ``DS2_RUNNER``, ``DS2_ENVS_DIR``) take their checks from here.  A refusal is one line,
 ``PROG: error: ...``, that names the option (or variable), its value and what is accepted; the exit status is 2.
 
 - **Values**: no empty strings (an empty path is not "here"); comma lists without empty items or duplicates;
@@ -27,7 +27,7 @@ from typing import Iterable, List, Optional, Sequence
 from runner.base import ROOT
 
 RESULTS_DIR = os.path.join(ROOT, "results")
-#: the first line of every results page runner/report.py writes: an --output that exists must start with it
+#: the first line of every results page runner/report/render.py writes: an --output that exists must start with it
 REPORT_TITLE = "# DS2 Rosetta results"
 
 #: --timeout and --join-timeout: a week.  Both are wall-clock limits on an unattended job; the longest run this

@@ -9,7 +9,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from runner.base import ROOT  # noqa: E402
-from runner.envs.bootstrap import reexec_in_runner
+from runner.envs.bootstrap import reexec_in_runner  # noqa: E402
 
 if __name__ == "__main__":
     reexec_in_runner(["-m", "tests"] + sys.argv[1:])

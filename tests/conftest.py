@@ -231,7 +231,7 @@ def ok_record(run, target, precision="fp32"):
 
 
 def no_cntk_python_anywhere(home):
-    """An environment in which runner.cntk_python finds no interpreter: an empty home, no pyenv or
+    """An environment in which runner.envs.cntk_python finds no interpreter: an empty home, no pyenv or
     conda, and a PATH with only the runner's interpreter and the system's directories."""
     os.makedirs(str(home), exist_ok=True)
     env = {k: v for k, v in os.environ.items() if k not in ("DS2_CNTK_PYTHON", "CONDA_PREFIX")}
@@ -242,7 +242,7 @@ def no_cntk_python_anywhere(home):
 
 def env_interpreter(run, target):
     """The interpreter of the CPU environment in which ``run`` (a RunAll, e.g. the session's smoke run) ran
-    ``target``, where the runner puts it (runner/envs.py, DS2_ENVS_DIR honoured).  A row the run skipped is
+    ``target``, where the runner puts it (runner/envs/framework_envs.py, DS2_ENVS_DIR honoured).  A row the run skipped is
     skipped with the runner's reason; a row that ran must have its environment there."""
     from runner.envs import framework_envs
     from runner.envs.bootstrap import env_python
@@ -273,7 +273,7 @@ def selected_targets():
 
 
 def bf16_cpu_targets():
-    """The selected rows of record that run bf16 on a CPU (runner/targets.py: cpu_precisions)."""
+    """The selected rows of record that run bf16 on a CPU (runner/run/targets.py: cpu_precisions)."""
     from runner.run.targets import TARGETS
     return [n for n in selected_targets() if n in TARGETS and TARGETS[n].cpu_precision_reason("bf16") is None]
 

@@ -1,6 +1,6 @@
 """CNTK without CNTK: the per-frame CTC labels, the environment detection and setup, and what the
 notebook receives.  These run everywhere; the notebook itself runs in tests/test_notebooks.py when
-an interpreter for CNTK is given (--cntk-python, DS2_CNTK_PYTHON) or found (runner.cntk_python) and is
+an interpreter for CNTK is given (--cntk-python, DS2_CNTK_PYTHON) or found (runner.envs.cntk_python) and is
 skipped otherwise."""
 import ast
 import json
@@ -186,7 +186,7 @@ def test_cntk_environment_needs_python_36(tmp_path, monkeypatch):
 @pytest.mark.parametrize("cc, how", [(None, None), ("3.0", "sass"), ("6.0", "sass"), ("7.0", "sass"), ("7.5", "sass"),
                                      ("8.0", "jit"), ("8.6", "jit"), ("9.0", "jit"), ("12.0", "jit")])
 def test_cntk_runs_natively_up_to_turing_and_through_ptx_jit_beyond(cc, how):
-    """Read from the cntk-gpu 2.7.post2 wheel (runner/preflight.py): SASS up to sm_70 (which runs on 7.x
+    """Read from the cntk-gpu 2.7.post2 wheel (runner/envs/gpu_preflight.py): SASS up to sm_70 (which runs on 7.x
     GPUs, Turing included) and PTX for compute_70, which the driver compiles for any newer GPU."""
     decision = gpu_preflight.decide("cntk", {"name": "GPU", "driver": "580.65.06", "compute_capability": cc or ""})
     assert decision.runs and decision.build.name == "cu100" and decision.how == how

@@ -66,7 +66,7 @@ with open(OUT_PATH, "w") as _f:
 
 @pytest.fixture(scope="module")
 def kernel(smoke):
-    """The CNTK kernel the session's smoke run used (runner/envs.py names it): skipped with the runner's reason
+    """The CNTK kernel the session's smoke run used (runner/envs/framework_envs.py names it): skipped with the runner's reason
     when that run skipped the row, and it must exist when the row ran."""
     from runner.envs import framework_envs
     from runner.envs.definitions import ENVS

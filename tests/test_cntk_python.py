@@ -1,4 +1,4 @@
-"""One discovery of the CNTK interpreter (runner.cntk_python), shared by run_all.py and .ci/run."""
+"""One discovery of the CNTK interpreter (runner.envs.cntk_python), shared by run_all.py and .ci/run."""
 import os
 import subprocess
 import sys
@@ -95,19 +95,19 @@ def test_conda_prefix_and_its_siblings(home):
 
 
 def run_module(python, env, *args):
-    return subprocess.run([python, "-m", "runner.cntk_python"] + list(args), cwd=ROOT, env=env,
+    return subprocess.run([python, "-m", "runner.envs.cntk_python"] + list(args), cwd=ROOT, env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
 
 
 @pytest.mark.parametrize("python", [sys.executable] + PYENV_36[:1])
 def test_command_line_for_ci(home, python):
-    """``python3 -m runner.cntk_python``: standard library only (``-S``: no site-packages), Python 3.6 too;
+    """``python3 -m runner.envs.cntk_python``: standard library only (``-S``: no site-packages), Python 3.6 too;
     prints the path (exit 0), exit 1 when there is none, 2 when DS2_CNTK_PYTHON is unusable."""
     tmp, env = home
     proc = run_module(python, env)
     assert proc.returncode == 1 and proc.stdout == "" and "CNTK interpreter: none found" in proc.stderr, proc.stderr
     good = fake(tmp / "home" / ".pyenv" / "versions" / "3.6.15" / "bin" / "python3.6", "3.6.15")
-    proc = subprocess.run([python, "-S", "-m", "runner.cntk_python"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+    proc = subprocess.run([python, "-S", "-m", "runner.envs.cntk_python"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, universal_newlines=True)
     assert proc.returncode == 0 and proc.stdout == good + "\n", proc.stderr
     env[cntk_python.ENV_VAR] = fake(tmp / "x" / "python", "3.8.1")
@@ -118,7 +118,7 @@ def test_command_line_for_ci(home, python):
 def test_ci_asks_the_same_module():
     with open(os.path.join(ROOT, ".ci", "run")) as f:
         ci = f.read()
-    assert "python3 -m runner.cntk_python" in ci
+    assert "python3 -m runner.envs.cntk_python" in ci
     code = "\n".join(l for l in ci.splitlines() if not l.lstrip().startswith("#"))
     assert "versions/3.6" not in code and "Py_ENABLE_SHARED" not in code      # no search of its own
     for package in ("libopenmpi3", "openmpi-bin", "chromium"):

@@ -201,7 +201,7 @@ def test_export_script_injects_papermill_parameters(tmp_path):
 def test_launcher_table_names_every_target_and_what_ran():
     table = launchers.launcher_table_markdown()
     assert table in open(os.path.join(ROOT, "docs", "data-parallel.md")).read(), \
-        "docs/data-parallel.md's launcher table is out of date (runner.distributed.launcher_table_markdown())"
+        "docs/data-parallel.md's launcher table is out of date (runner.dp.launch.launcher_table_markdown())"
     for name in ("torchrun", "tf_config", "jax", "mpiexec", "single", "python"):
         assert "| %s |" % name in table
     assert "not run here" not in table and table.count("Several hosts (`--hosts`): ") == 7
@@ -294,7 +294,7 @@ signal.signal(signal.SIGINT, signal.default_int_handler)   # as in a terminal, e
 sys.path.insert(0, %(root)r)                                # shell's background job, which ignores SIGINT
 from common.spec import get_preset
 from runner import distributed, execute
-from runner.targets import Target
+from runner.run.targets import Target
 target = Target("fixture", "Fixture", %(fixture)r, "pytorch", parameters=dict(mode="hang", collective=%(collective)r))
 opts = execute.RunOptions(get_preset("smoke").with_overrides(batch_size=4), "fp32", 0, "cpu", %(results)r, timeout=300)
 distributed.run_target(target, opts, 2, python=%(python)r, launcher=distributed.LAUNCHERS[%(launcher)r], grace=2)

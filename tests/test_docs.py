@@ -181,7 +181,7 @@ def option_entries(text):
 
 
 def test_running_md_lists_each_option_of_the_parser_once_with_its_default():
-    from runner.cli import build_parser
+    from runner.cli_options import build_parser
     parser = build_parser()
     options = {o for a in parser._actions for o in a.option_strings if o.startswith("--") and o != "--help"}
     entries = option_entries(open(os.path.join(ROOT, "docs", "running.md")).read())

@@ -1,5 +1,5 @@
-"""Data-parallel training across machines (``run_all.py --workers W --hosts HOSTFILE``, runner/hosts.py,
-runner/host_agent.py), on hosts simulated on this machine by ``tools/simulate_hosts.sh``: network namespaces with
+"""Data-parallel training across machines (``run_all.py --workers W --hosts HOSTFILE``, runner/dp/hosts.py,
+runner/dp/host_agent.py), on hosts simulated on this machine by ``tools/simulate_hosts.sh``: network namespaces with
 their own interface, address, hostname and sshd.  Those tests need root, iproute2 and OpenSSH's server, and are
 skipped with that reason without them; the hostfile, the per-launcher commands and the agent are tested
 without.
@@ -329,7 +329,7 @@ signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path.insert(0, %(root)r)
 from common.spec import get_preset
 from runner import distributed, execute, hosts
-from runner.targets import Target
+from runner.run.targets import Target
 target = Target("fixture", "Fixture", %(fixture)r, "pytorch", parameters=dict(mode="hang", fail_rank=1))
 opts = execute.RunOptions(get_preset("smoke").with_overrides(batch_size=4), "fp32", 0, "cpu", %(results)r, timeout=300)
 distributed.run_target(target, opts, 2, python=sys.executable, launcher=distributed.LAUNCHERS["python"], grace=2,

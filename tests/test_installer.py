@@ -1,6 +1,6 @@
 """How environments are installed: uv where it serves (the package sources pip's configuration names, pip's choice
 among them), pip otherwise; environments made ahead of the rows that need them, on background threads that no
-signal leaves behind (runner/bootstrap.py, runner/envs.py)."""
+signal leaves behind (runner/envs/bootstrap.py, runner/envs/framework_envs.py)."""
 import os
 import signal
 import subprocess

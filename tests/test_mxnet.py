@@ -1,5 +1,5 @@
 """MXNet's GPU reality in run_all.py: MXNet 1.9.1's GPU wheels carry machine code for sm_50-sm_86
-only and no PTX (read from libmxnet.so: runner/preflight.py), so a newer GPU (Hopper) gets a skipped
+only and no PTX (read from libmxnet.so: runner/envs/gpu_preflight.py), so a newer GPU (Hopper) gets a skipped
 row with the reason, before any environment is built; bf16 has no MXNet GPU path.  Runs without a
 GPU: the GPU is described, not used."""
 import json

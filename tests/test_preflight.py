@@ -1,4 +1,4 @@
-"""The GPU preflight (runner/preflight.py) without a GPU: fake nvidia-smi outputs of typical machines
+"""The GPU preflight (runner/envs/gpu_preflight.py) without a GPU: fake nvidia-smi outputs of typical machines
 give, for every target, the CUDA build run_all.py would install or the reason none runs; the
 environment of the chosen build; the run record; the command line (--check, --list, --gpu-build);
 CNTK's library path; and the fat-binary reader behind the architecture facts."""
@@ -293,7 +293,7 @@ def test_check_prints_the_preflight(tmp_path):
     lines = proc.stdout.splitlines()
     assert lines[0] == ("GPU preflight: Tesla V100-SXM2-16GB, compute capability 7.0 (sm_70), "
                         "NVIDIA driver 535.183.01")
-    end = lines.index("Builds considered (newest first; runner/preflight.py BUILDS):")
+    end = lines.index("Builds considered (newest first; runner/envs/gpu_preflight.py BUILDS):")
     rows = {l.split()[0]: l for l in lines[1:end]}
     assert set(rows) == set(TARGETS)
     assert "cu128 (torch 2.13.0+cu128" in rows["pytorch"] and "cu100" in rows["cntk"]
@@ -379,4 +379,4 @@ def test_fatbin_reader(tmp_path):
 def test_readme_table_is_the_one_the_facts_give():
     with open(os.path.join(ROOT, "docs", "gpus.md")) as f:
         readme = f.read()
-    assert "\n".join(gpu_preflight.gpu_table()) in readme, "regenerate with runner.preflight.gpu_table()"
+    assert "\n".join(gpu_preflight.gpu_table()) in readme, "regenerate with runner.envs.gpu_preflight.gpu_table()"

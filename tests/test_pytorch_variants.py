@@ -5,7 +5,7 @@
   record's, and section 6's probe must name the products it runs.
 - ``pytorch+graphs``: the training step replayed from CUDA graphs (``GraphedTrainStep``, section 7). A CPU cannot
   capture: the notebook refuses the variant in one line in section 2 and ``run_all.py`` lists the row as not run
-  with the reason (``runner/targets.py``). What is not CUDA-specific — the static buffers, one entry per batch
+  with the reason (``runner/run/targets.py``). What is not CUDA-specific — the static buffers, one entry per batch
   shape, the eager first step of a shape, the eager CTC between the two replays, the captured step's
   ``zero_grad``/``backward``/``step`` — runs here through a stand-in for the capture that records a function and
   re-runs it at each replay (defined in this test only: the notebook has no capture but CUDA's, so no record says

@@ -23,7 +23,7 @@ def one_error_line(proc, message):
 
 
 def fake_python(path, version, shared=True):
-    """An executable that answers the interpreter probe (runner.cntk_python.PROBE) like Python ``version``."""
+    """An executable that answers the interpreter probe (runner.envs.cntk_python.PROBE) like Python ``version``."""
     path.write_text("#!/bin/sh\necho '{\"version\": \"%s\", \"implementation\": \"CPython\", "
                     "\"executable\": \"%s\", \"shared\": %s}'\n" % (version, path, "true" if shared else "false"))
     path.chmod(0o755)
@@ -166,7 +166,7 @@ def test_list():
 
 
 def test_batch_size_list_parsing():
-    from runner.cli import build_parser
+    from runner.cli_options import build_parser
     parse = build_parser().parse_args
     assert parse(["--batch-size", "8,32"]).batch_size == [8, 32]
     assert parse(["--batch-size", " 32 , 8"]).batch_size == [32, 8]           # order kept

@@ -1,4 +1,4 @@
-"""The translations lifted out of each notebook (runner/translation.py, ``python -m runner.rosetta --extract``).
+"""The translations lifted out of each notebook (runner/rosetta/extract.py, ``python -m runner.rosetta --extract``).
 
 Each notebook's committed ``docs/translations/ds2_<name>.py`` must be current (what ``--extract`` writes now), import
 nothing from ``common/``, and hold only definitions in its notebook cells: importing it runs nothing and prints

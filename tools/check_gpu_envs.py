@@ -2,10 +2,10 @@
 """Developer check of the GPU environments, on any Linux machine (no GPU needed; NOT run in CI:
 together they download and unpack ~25 GB).
 
-For every CUDA build in runner/preflight.py (BUILDS) it builds the environment from its pins, the
+For every CUDA build in runner/envs/gpu_preflight.py (BUILDS) it builds the environment from its pins, the
 way run_all.py does, into DEST/<env>-cuda-<build> (default ~/ds2-gpu-envs, outside the repository),
 then runs ``ldd`` over every shared library in it with the library path the Jupyter kernel gets
-(runner/targets.py kernel_env), and reports every library that cannot be found -- apart from the
+(runner/run/targets.py kernel_env), and reports every library that cannot be found -- apart from the
 NVIDIA driver's own (libcuda.so.1, libnvidia-ml.so.1, ...), which only a GPU machine has, and those a library names
 without an RPATH to them but that lie in the environment (listed apart: the module that loads such a
 library loads them first).
@@ -30,9 +30,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from runner.envs import gpu_preflight  # noqa: E402
-from runner.envs import definitions
+from runner.envs import definitions  # noqa: E402
 from runner.base import EnvError  # noqa: E402
-from runner.envs.bootstrap import create_venv, env_python, file_digest, read_stamp
+from runner.envs.bootstrap import create_venv, env_python, file_digest, read_stamp  # noqa: E402
 from runner.validate import OneLineParser, non_empty  # noqa: E402
 
 #: libraries the NVIDIA driver installs (never in a wheel): missing on a machine without the driver

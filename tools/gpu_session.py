@@ -54,7 +54,7 @@ sys.path.insert(0, ROOT)
 from common import envinfo  # noqa: E402  (standard library only, as are the two below)
 from common.spec import PRECISIONS, PRESETS, get_preset  # noqa: E402
 from runner.dp import host_agent  # noqa: E402
-from runner import validate
+from runner import validate  # noqa: E402
 from runner.run.targets import ALL_TARGETS  # noqa: E402
 
 PROG = "gpu_session.py"
@@ -175,7 +175,7 @@ def marked_processes(value: str, name: str = MARKER) -> List[int]:
 
 def stop(proc: subprocess.Popen, marker: str, grace: float = GRACE_S) -> None:
     """SIGTERM to the child's process group and to every marked process, SIGKILL to what is left after ``grace``
-    seconds (runner/host_agent.py's ``stop_all``); the child reaped."""
+    seconds (runner/dp/host_agent.py's ``stop_all``); the child reaped."""
     host_agent.stop_all([proc], marker, grace, name=MARKER)
     try:
         proc.wait(timeout=grace)

@@ -1,4 +1,4 @@
-"""What ``run_all.py --hosts`` runs on each host, over ssh: ``python runner/host_agent.py SPEC``.
+"""What ``run_all.py --hosts`` runs on each host, over ssh: ``python runner/dp/host_agent.py SPEC``.
 
 SPEC (base64 JSON) lists the processes of this host: the framework's own launcher (torchrun) or its workers,
 each an argv and the variables to add to the environment.  The agent starts them, waits, and exits with the
@@ -76,7 +76,7 @@ def stop_all(procs, value, grace, name=MARKER):
     """SIGTERM to every process of ``procs`` (its process group) and to every process marked name=value, then
     SIGKILL to what is left after ``grace`` seconds -- also when a signal cuts the grace period short -- and up to
     ``grace`` seconds more for them to go (the children reaped).  The one way the project stops what a run started:
-    the host agent, the data-parallel supervisor (runner/supervise.py) and the GPU session (tools/gpu_session.py)."""
+    the host agent, the data-parallel supervisor (runner/dp/supervisor.py) and the GPU session (tools/gpu_session.py)."""
     try:
         signal_all(procs, value, name, signal.SIGTERM)
         _wait_all(procs, value, name, grace)

@@ -12,7 +12,7 @@ run on that host (default 1), and W is their sum.  Each engine's own multi-node 
 - MXNet ``dist_sync``: the ps-lite scheduler and a server on host 0, workers everywhere (``DMLC_*``).
 
 Every host's processes start over ``ssh`` (options of ``--ssh``; password-less keys, as MPI assumes) under
-``runner/host_agent.py``, which ends them all when the runner closes the connection or dies.  The working tree,
+``runner/dp/host_agent.py``, which ends them all when the runner closes the connection or dies.  The working tree,
 its environments and the results directory are assumed to be at the same path on every host (a shared
 filesystem, or a copy); the preflight (:func:`preflight`) checks each host over ssh before training starts.
 ``--print-host-commands`` prints each host's command instead of running it (for a Slurm or Kubernetes job).
@@ -33,11 +33,11 @@ from typing import Dict, List, Optional, Tuple
 from runner.base import ROOT
 
 AGENT = os.path.join(ROOT, "runner", "dp", "host_agent.py")
-#: the variable that marks every process an agent starts (runner/host_agent.py MARKER)
+#: the variable that marks every process an agent starts (runner/dp/host_agent.py MARKER)
 AGENT_MARKER = "DS2_DP_HOST_RUN"
 #: seconds within which every host must have started a process (run_all.py --join-timeout)
 JOIN_TIMEOUT_S = 60.0
-#: the multi-host launch of each launcher (runner/distributed.py LAUNCHERS), in words; None: not supported
+#: the multi-host launch of each launcher (runner/dp/launch.py LAUNCHERS), in words; None: not supported
 MULTI_HOST = {"torchrun": "torchrun on every host, c10d rendezvous on host 0",
               "tf_config": "one process per slot, TF_CONFIG listing every worker",
               "jax": "one process per slot, jax.distributed coordinator on host 0",
@@ -102,7 +102,7 @@ def rank_hosts(hosts: List[Host]) -> List[Tuple[int, Host, int]]:
 
 def host_processes(launcher, hosts: List[Host], python: str, worker: List[str], base_env: Dict[str, str],
                    ports: List[int], run_id: str, join_timeout: float) -> "OrderedDict[str, List[dict]]":
-    """{host: [{"argv", "env"}]}: what runs on each host (under runner/host_agent.py) for ``launcher``.
+    """{host: [{"argv", "env"}]}: what runs on each host (under runner/dp/host_agent.py) for ``launcher``.
     ``ports``: free ports for host 0's services (rendezvous, coordinator, TF workers)."""
     world = sum(h.slots for h in hosts)
     root = hosts[0].name

@@ -1,6 +1,6 @@
 """The data-parallel launchers: how W processes of each framework start on one host, and on several
-(runner/hosts.py), with the table docs/data-parallel.md shows (:func:`launcher_table_markdown`).  Part of
-``run_all.py --workers W`` (runner/distributed.py)."""
+(runner/dp/hosts.py), with the table docs/data-parallel.md shows (:func:`launcher_table_markdown`).  Part of
+``run_all.py --workers W`` (runner/dp/launch.py)."""
 import json
 import os
 from collections import OrderedDict
@@ -39,7 +39,7 @@ class Launcher:
 def _torch_env(rank: int, world: int, ports: List[int], root: str = "127.0.0.1", addresses=None,
                local_rank: Optional[int] = None) -> Dict[str, str]:
     """torchrun's variables, set by hand: what ``init_process_group("gloo")`` (env://) reads.  On several hosts
-    (runner/hosts.py): ``root`` is host 0, ``addresses`` each rank's host, ``local_rank`` the rank on its host."""
+    (runner/dp/hosts.py): ``root`` is host 0, ``addresses`` each rank's host, ``local_rank`` the rank on its host."""
     local = rank if local_rank is None else local_rank
     per_host = world if addresses is None else addresses.count(addresses[rank])
     return {"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(local), "LOCAL_WORLD_SIZE": str(per_host),
@@ -84,7 +84,7 @@ def _ps_env(world: int, port: int, root: str = "127.0.0.1") -> Dict[str, str]:
 LAUNCHERS = OrderedDict((l.name, l) for l in [
     Launcher("torchrun", "torchrun", "gloo (CPU) / nccl (CUDA), chosen by the notebook",
              "<venv>/bin/torchrun --standalone --nnodes 1 --nproc_per_node W --max-restarts 0 "
-             "runner/dp_worker.py ... script.py",
+             "runner/dp/worker.py ... script.py",
              tested="tests/fixtures/dp_fixture.ipynb with collective='gloo' (torch.distributed all_reduce, "
                       "W=2, pytorch-cpu): ok, a failing rank, Ctrl-C; tests/fixtures/ddp_uneven.py (DDP, all-reduced "
                       "BatchNorm, uneven and empty shards = one process to 1e-15); the DS2 PyTorch notebook, W=2 on smoke "
@@ -94,7 +94,7 @@ LAUNCHERS = OrderedDict((l.name, l) for l in [
                        "(is_host=1 on host 0) --local-addr HOST. Tested on 2 simulated hosts: the DS2 PyTorch "
                        "notebook, 2 x 4 = 1 x 8 to 1.1e-7 (tests/test_hosts.py)")),
     Launcher("tf_config", "processes", "MultiWorkerMirroredStrategy, RING (CPU) / NCCL (CUDA) collectives",
-             "W x <venv>/bin/python runner/dp_worker.py ... script.py, each with TF_CONFIG = "
+             "W x <venv>/bin/python runner/dp/worker.py ... script.py, each with TF_CONFIG = "
              "{cluster: {worker: [127.0.0.1:P0, ...]}, task: {type: worker, index: r}}",
              tested="tests/fixtures/dp_fixture.ipynb with collective='tf' (MWMS strategy.reduce SUM, W=2, "
                       "tensorflow-cpu); the DS2 TensorFlow notebook, W=2 on smoke (MWMS, custom tf.function step, "
@@ -103,7 +103,7 @@ LAUNCHERS = OrderedDict((l.name, l) for l in [
                        "the DS2 TensorFlow notebook (tests/test_hosts.py, --full)"),
              rank_env=_tf_env, ports=-1),         # -1: one port per worker
     Launcher("jax", "processes", "jax.distributed (gloo collectives on CPU, NCCL on CUDA)",
-             "W x <venv>/bin/python runner/dp_worker.py ... script.py, each with DS2_COORDINATOR="
+             "W x <venv>/bin/python runner/dp/worker.py ... script.py, each with DS2_COORDINATOR="
              "JAX_COORDINATOR_ADDRESS=127.0.0.1:P, DS2_NUM_PROCESSES=W, DS2_PROCESS_ID=r; the notebook calls "
              "jax.distributed.initialize(DS2_COORDINATOR, num_processes, process_id)",
              tested="tests/fixtures/dp_fixture.ipynb with collective='jax' (jax.distributed.initialize, "
@@ -117,7 +117,7 @@ LAUNCHERS = OrderedDict((l.name, l) for l in [
              rank_env=_jax_env, ports=1),
     Launcher("mpiexec", "mpiexec", "OpenMPI (CNTK data_parallel_distributed_learner)",
              "mpiexec --allow-run-as-root --oversubscribe -n W -x LD_LIBRARY_PATH=<venv>/mpi-compat "
-             "-x DS2_DP_RUN <venv>/bin/python runner/dp_worker.py ... script.py",
+             "-x DS2_DP_RUN <venv>/bin/python runner/dp/worker.py ... script.py",
              tested="a standard-library script (ok, a failing rank) and tests/fixtures/dp_fixture.ipynb with "
                       "collective='cntk' (CNTK 2.7 mpicommunicator aggregate_in_place on Python 3.6, OpenMPI 4, W=2); "
                       "the DS2 CNTK notebook, W=2 on smoke (data_parallel_distributed_learner, BatchNorm statistics "
@@ -128,13 +128,13 @@ LAUNCHERS = OrderedDict((l.name, l) for l in [
              extra_env=_cntk_env),
     Launcher("single", "single", "one process driving W devices (MXNet kvstore 'device' over mx.cpu(0..W-1) "
                                  "or mx.gpu(0..W-1))",
-             "<venv>/bin/python runner/dp_worker.py ... script.py (workers=W)",
+             "<venv>/bin/python runner/dp/worker.py ... script.py (workers=W)",
              tested="the DS2 MXNet notebook, W=2 on smoke over mx.cpu(0), mx.cpu(1) (kvstore 'device', "
                       "SyncBatchNorm, one thread per device): 2 x 4 = 1 x 8 to 1e-7 (tests/test_dp16.py); with "
                       "--mxnet-dp local (each device its own BatchNorm statistics) the reference of dist_sync",
              multinode="see mxnet_dist_sync", extra_env=_mxnet_env),
     Launcher("mxnet_dist_sync", "ps", "MXNet kvstore 'dist_sync' (ps-lite parameter server over TCP)",
-             "W x <venv>/bin/python runner/dp_worker.py ... script.py (DMLC_ROLE=worker, RANK=r), then "
+             "W x <venv>/bin/python runner/dp/worker.py ... script.py (DMLC_ROLE=worker, RANK=r), then "
              "<venv>/bin/python -c 'import mxnet' with DMLC_ROLE=scheduler and DMLC_ROLE=server; every process "
              "DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=P DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=W "
              "DMLC_NODE_HOST=127.0.0.1 (run_all.py --mxnet-dp dist_sync)",
@@ -145,7 +145,7 @@ LAUNCHERS = OrderedDict((l.name, l) for l in [
                        "(--mxnet-dp dist_sync)"),
              extra_env=_mxnet_env),
     Launcher("python", "processes", "whatever the script initialises (torchrun's env:// variables are set)",
-             "W x python runner/dp_worker.py ... script.py, each with RANK, WORLD_SIZE, LOCAL_RANK, "
+             "W x python runner/dp/worker.py ... script.py, each with RANK, WORLD_SIZE, LOCAL_RANK, "
              "MASTER_ADDR=127.0.0.1, MASTER_PORT=P",
              tested="the tests' standard-library fixture notebook (tests/fixtures/dp_fixture.ipynb)",
              multinode="the fault cases of tests/test_hosts.py on 2 simulated hosts (a host that never joins, a killed rank, Ctrl-C)", rank_env=_torch_env, ports=1),

@@ -1,6 +1,6 @@
 """Starting, watching and stopping the W processes of one data-parallel run (:func:`launch`): on this host, or
-on several over ssh (runner/hosts.py); the failure reasons; the staging directory's ownership.  Nothing of a
-run outlives it (runner/distributed.py's docstring, "Failures" and "A runner that dies")."""
+on several over ssh (runner/dp/hosts.py); the failure reasons; the staging directory's ownership.  Nothing of a
+run outlives it (runner/dp/launch.py's docstring, "Failures" and "A runner that dies")."""
 import ctypes
 import json
 import os
@@ -16,6 +16,7 @@ from typing import Dict, List, Optional
 from common import results
 from common.parallel import process_start_time
 
+from runner import interrupt
 from runner.dp import host_agent
 from runner.base import ROOT, last_error_line
 from runner.dp.launchers import Launcher, _ps_env
@@ -240,7 +241,7 @@ def launcher_env(launcher: Launcher, venv: Optional[str]) -> dict:
 
 
 def worker_argv(log_prefix: str, status_prefix: str, script: str) -> List[str]:
-    """The worker command after the interpreter: runner/dp_worker.py around the exported notebook."""
+    """The worker command after the interpreter: runner/dp/worker.py around the exported notebook."""
     return [WORKER, "--log-prefix", log_prefix, "--status-prefix", status_prefix, script]
 
 
@@ -257,35 +258,50 @@ def launch(launcher: Launcher, python: str, script: str, world: int, log_prefix:
     """Run ``script`` as ``world`` workers with ``launcher``; wait; tear everything down on any failure,
     a timeout or an interruption (which is re-raised after the teardown).  Never leaves a process behind.
 
-    ``hosts`` (runner/hosts.py): the processes start on those hosts over ssh (``ssh_options``), each host's under
-    runner/host_agent.py; a host none of whose processes has started within ``join_timeout`` s fails the run.
+    ``hosts`` (runner/dp/hosts.py): the processes start on those hosts over ssh (``ssh_options``), each host's under
+    runner/dp/host_agent.py; a host none of whose processes has started within ``join_timeout`` s fails the run.
 
     A run whose every rank reported "ok" but whose processes have not exited ``linger`` seconds later
     (a non-daemon thread, a framework's shutdown barrier) is stopped and counts as ok, with a note.
 
-    Longer than most functions here on purpose: the processes it starts, the loop that watches them and the
-    ``finally`` that stops them are one unit, so that no path out of it (a failure, a timeout, Ctrl-C) can
-    skip the teardown."""
+    The steps: plan the processes (:func:`_process_specs`), start and watch them (:func:`_start_and_watch`, whose
+    ``finally`` stops them: no path out of it, a failure, a timeout or Ctrl-C, can skip the teardown), then what
+    the run came to (:func:`_outcome`)."""
     run_id = run_id or uuid.uuid4().hex
     base_env = dict(os.environ if env is None else env)
     base_env[MARKER] = run_id
     base_env.update(launcher_env(launcher, venv))
-    base_env["DS2_RUNNER_PID"] = str(os.getpid())         # dp_worker.py ends itself when this process is gone
+    base_env["DS2_RUNNER_PID"] = str(os.getpid())         # runner/dp/worker.py ends itself when this process is gone
     base_env["DS2_RUNNER_START"] = process_start_time(os.getpid()) or ""
     ranks = 1 if launcher.kind == "single" else world     # processes with a rank (and a log and a status)
-    ps_roles = []                                          # kind "ps": the processes after the W workers
     for stale in range(ranks):
         for path in ("%s.rank%d.status.json" % (status_prefix, stale), "%s.rank%d.log" % (log_prefix, stale)):
             if os.path.exists(path):
                 os.remove(path)
-    worker = worker_argv(log_prefix, status_prefix, script)
-    launcher_log = log_prefix + ".launcher.log"
+    if hosts:
+        from runner.dp import hosts as hosts_mod
+        join_timeout = hosts_mod.JOIN_TIMEOUT_S if join_timeout is None else join_timeout
+    specs, host_lines, ps_roles = _process_specs(launcher, python, worker_argv(log_prefix, status_prefix, script),
+                                                 world, base_env, log_prefix, run_id, grace, cwd, hosts,
+                                                 ssh_options, join_timeout)
+    commands = host_lines or [" ".join(shlex.quote(a) for a in argv) for argv, _, _ in specs]
+    t0 = time.time()
+    procs, ended = _start_and_watch(specs, launcher, run_id, cwd, status_prefix, ranks, timeout, grace, linger,
+                                    hosts, join_timeout)
+    return _outcome(launcher, procs, ended, t0, commands, status_prefix, log_prefix, ranks, ps_roles, announce,
+                    linger, hosts, join_timeout)
 
+
+def _process_specs(launcher: Launcher, python: str, worker: List[str], world: int, base_env: dict, log_prefix: str,
+                   run_id: str, grace: float, cwd: str, hosts, ssh_options, join_timeout):
+    """The processes a launch starts: ([(argv, env, stdout path)], each host's lines (several hosts), the MXNet
+    ps-lite roles started after the W workers)."""
+    launcher_log = log_prefix + ".launcher.log"
+    ps_roles = []                                          # kind "ps": the processes after the W workers
     specs = []   # (argv, env, stdout path)
     host_lines = []
     if hosts and launcher.kind == "mpiexec":       # OpenMPI starts the other hosts' processes itself, over ssh
         from runner.dp import hosts as hosts_mod
-        join_timeout = hosts_mod.JOIN_TIMEOUT_S if join_timeout is None else join_timeout
         base_env["DS2_HOST_OF_RANK"] = ",".join(h.name for _, h, _ in hosts_mod.rank_hosts(hosts))
         argv = hosts_mod.mpiexec_argv(hosts, world, ssh_options or [], log_prefix + ".hostfile", join_timeout)
         for name in sorted(set(["LD_LIBRARY_PATH", MARKER, "DS2_LAUNCHER", "PYTHONUNBUFFERED", "DS2_HOST_OF_RANK"])
@@ -294,7 +310,6 @@ def launch(launcher: Launcher, python: str, script: str, world: int, log_prefix:
         specs.append((argv + [python] + worker, base_env, launcher_log))
     elif hosts:
         from runner.dp import hosts as hosts_mod
-        join_timeout = hosts_mod.JOIN_TIMEOUT_S if join_timeout is None else join_timeout
         local_only = (MARKER, "DS2_RUNNER_PID", "DS2_RUNNER_START")     # the agent watches the connection instead
         additions = {k: v for k, v in base_env.items() if os.environ.get(k) != v and k not in local_only}
         ports = free_ports(port_count(launcher, world))
@@ -336,10 +351,17 @@ def launch(launcher: Launcher, python: str, script: str, world: int, log_prefix:
             specs.append(([python] + worker, rank_env, "%s.rank%d.log" % (log_prefix, rank)))
     else:
         raise ValueError("unknown launcher kind %r" % launcher.kind)
-    commands = host_lines or [" ".join(shlex.quote(a) for a in argv) for argv, _, _ in specs]
+    return specs, host_lines, ps_roles
 
+
+def _start_and_watch(specs, launcher: Launcher, run_id: str, cwd: str, status_prefix: str, ranks: int,
+                     timeout: Optional[float], grace: float, linger: float, hosts, join_timeout):
+    """Start every process of ``specs`` and watch them until one fails, all end, the timeout passes, a host has not
+    joined, or every rank reported ok and a process lingers; then stop them all, whatever happened (the
+    ``finally``).  Returns (the processes, {"first_exit", "timed_out", "missing_hosts", "lingered"})."""
+    if hosts:
+        from runner.dp import hosts as hosts_mod
     procs = []   # type: List[subprocess.Popen]
-    from runner import interrupt
     # a second signal: SIGKILL to all
     interrupt.track_run(run_id, lambda sig: host_agent.signal_all(procs, run_id, MARKER, sig))
     # torchrun and mpiexec stop their workers on SIGTERM; what the runner starts itself gets SIGKILL; an ssh client
@@ -389,6 +411,18 @@ def launch(launcher: Launcher, python: str, script: str, world: int, log_prefix:
             terminate(procs, run_id, grace)
         finally:
             interrupt.untrack_run(run_id)
+    return procs, {"first_exit": first_exit, "timed_out": timed_out, "missing_hosts": missing_hosts,
+                   "lingered": lingered}
+
+
+def _outcome(launcher: Launcher, procs, ended: dict, t0: float, commands: List[str], status_prefix: str,
+             log_prefix: str, ranks: int, ps_roles: List[str], announce, linger: float, hosts,
+             join_timeout) -> LaunchResult:
+    """What the run came to, from the exit codes and the ranks' status files: ok, or the reason it failed (the
+    rank, the host, the ps-lite role, the root cause in the launcher's log); a note on a teardown after success."""
+    first_exit, timed_out, missing_hosts, lingered = (ended[k] for k in ("first_exit", "timed_out", "missing_hosts",
+                                                                         "lingered"))
+    launcher_log = log_prefix + ".launcher.log"
     codes = [p.returncode for p in procs]
     statuses = _read_statuses(status_prefix, ranks)
     # the run counts when every rank reported ok: its work is done and its files written.  A process that then

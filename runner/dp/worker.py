@@ -1,6 +1,6 @@
-"""One worker of a data-parallel run: ``python runner/dp_worker.py --log-prefix P --status-prefix S script.py``.
+"""One worker of a data-parallel run: ``python runner/dp/worker.py --log-prefix P --status-prefix S script.py``.
 
-What every launcher of :mod:`runner.distributed` starts (torchrun, mpiexec, or the runner itself, once
+What every launcher of :mod:`runner.dp.launch` starts (torchrun, mpiexec, or the runner itself, once
 per rank), in the framework's environment.  Standard library only and Python 3.6-compatible (CNTK's
 interpreter); it imports nothing of the framework and nothing of ``runner`` (it runs by path).
 

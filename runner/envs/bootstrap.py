@@ -279,7 +279,7 @@ def create_venv(path: str, requirements: str, base_python: str, stamp: dict, log
 
     ``pip`` is the requirement pip is upgraded to first (old interpreters need a bound: the newest
     pip a local wheel directory offers may not support them).  ``wheelhouse``: install from that
-    directory only, no index, with pip (runner/wheelhouse.py).  ``uv``: the uv to install with (default: the
+    directory only, no index, with pip (runner/envs/wheelhouse.py).  ``uv``: the uv to install with (default: the
     one beside this interpreter); ``uv_from_pins``: first install envs/runner.txt's uv into the new environment
     with pip, and use that one (the runner's environment).  ``progress`` hears a line when the installer says
     how many packages it installs.  uv that fails is followed by pip, unless DS2_INSTALLER=uv.

@@ -14,7 +14,7 @@ Every candidate is run once to ask for its version, build and real executable (a
 resolves to the interpreter behind it).  Standard library only, and Python 3.6 compatible: CI calls
 it with the system ``python3`` before any environment exists::
 
-    python3 -m runner.cntk_python          # prints the interpreter's path; exit 1 when none, 2 when
+    python3 -m runner.envs.cntk_python          # prints the interpreter's path; exit 1 when none, 2 when
                                            # DS2_CNTK_PYTHON names an unsuitable one; why, on stderr
 """
 import glob
@@ -197,7 +197,7 @@ def discover(explicit=None, environ=None, home=None):
 
 def main(argv=None):
     import argparse
-    p = argparse.ArgumentParser(prog="python3 -m runner.cntk_python",
+    p = argparse.ArgumentParser(prog="python3 -m runner.envs.cntk_python",
                                 description="Print the CPython 3.6 (shared library) that builds the CNTK environment.")
     p.add_argument("path", nargs="?", help="check this interpreter instead of DS2_CNTK_PYTHON and the search")
     p.add_argument("-q", "--quiet", action="store_true", help="no explanation on stderr")

@@ -51,14 +51,14 @@ class Env:
         return (">= %s" % low) if low else ("<= %s" % high) if high else "any"
 
     def requirements(self, device: str, build: Optional[Build] = None) -> str:
-        """The pins file: ``envs/<env>-<device>.txt``, or on a GPU the chosen build's (runner/preflight.py)."""
+        """The pins file: ``envs/<env>-<device>.txt``, or on a GPU the chosen build's (runner/envs/gpu_preflight.py)."""
         if device == "cuda" and build is not None:
             return os.path.join(ROOT, "envs", build.pins)
         return os.path.join(ROOT, "envs", "%s-%s.txt" % (self.name, device))
 
 
 # ---- MXNet: CUDA 11 libraries from NVIDIA's wheels -------------------------------------------------
-# (which GPUs its GPU build runs on: runner/preflight.py BUILDS["mxnet"])
+# (which GPUs its GPU build runs on: runner/envs/gpu_preflight.py BUILDS["mxnet"])
 def mxnet_kernel_env(venv: str) -> Dict[str, str]:
     """LD_LIBRARY_PATH to the CUDA 11 libraries of NVIDIA's pip wheels (envs/mxnet-cuda.txt), which
     libmxnet.so links but does not bundle; then the machine's own LD_LIBRARY_PATH (the driver may be

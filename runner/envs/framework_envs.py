@@ -37,7 +37,7 @@ def _suffix(python: Optional[str]) -> str:
 
 
 def _variant(env: Env, device: str, build: Optional[Build]) -> str:
-    """'-cu126' for a GPU build of an environment that has several (runner/preflight.py), else ''."""
+    """'-cu126' for a GPU build of an environment that has several (runner/envs/gpu_preflight.py), else ''."""
     if device == "cuda" and build is not None and len(gpu_preflight.builds(env.name)) > 1:
         return "-" + build.name
     return ""
@@ -112,8 +112,8 @@ def ensure(env: Env, device: str, python: Optional[str] = None, announce=print, 
     """Create (if needed) the environment and register its kernel; returns the kernel name.
 
     ``python`` is an interpreter to build it from (default: the runner's base interpreter); ``build``
-    the CUDA build chosen by runner/preflight.py (its own pins and environment, ``<env>-cuda-<build>``);
-    ``wheelhouse`` a directory to install from with no index (runner/wheelhouse.py).  An environment that
+    the CUDA build chosen by runner/envs/gpu_preflight.py (its own pins and environment, ``<env>-cuda-<build>``);
+    ``wheelhouse`` a directory to install from with no index (runner/envs/wheelhouse.py).  An environment that
     :func:`start_ahead` is making already is waited for.
     Raises :class:`EnvError` with a one-line reason when it cannot be made.
     """

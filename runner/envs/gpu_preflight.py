@@ -45,7 +45,7 @@ class Build:
     def __init__(self, env: str, name: str, package: str, cuda: str, pins: str, source: str,
                  sass: Sequence[int] = (), ptx: Sequence[int] = (), codegen: Optional[Tuple[int, int]] = None,
                  verified: bool = False, note: Optional[Tuple[str, str]] = None, jit_note: str = ""):
-        self.env = env                  # the environment (runner/targets.py ENVS)
+        self.env = env                  # the environment (runner/run/targets.py ENVS)
         self.name = name                # short name: cu130, cuda12, ... (--gpu-build ENV=NAME)
         self.package = package          # what is installed, in words
         self.cuda = cuda                # CUDA version it was built with / runs on
@@ -261,7 +261,7 @@ def decide(env: str, gpu: Optional[dict], override: Optional[str] = None) -> Dec
     """The build of ``env`` for ``gpu`` (envinfo.gpus()[0]): the forced one, else the newest that runs."""
     candidates = builds(env)
     if not candidates:
-        return Decision(env, None, "no CUDA build of %s is known (runner/preflight.py BUILDS)" % env)
+        return Decision(env, None, "no CUDA build of %s is known (runner/envs/gpu_preflight.py BUILDS)" % env)
     gpu = gpu or {}
     cc = parse_compute_capability(gpu.get("compute_capability"))
     driver = gpu.get("driver")
@@ -324,7 +324,7 @@ def env_overrides(environ=None) -> Dict[str, str]:
 
 
 def plan(targets, gpu: Optional[dict], overrides: Optional[Dict[str, str]] = None) -> "OrderedDict[str, Decision]":
-    """target name -> Decision, for runner.targets.Target objects (each names its env)."""
+    """target name -> Decision, for runner.run.targets.Target objects (each names its env)."""
     overrides = overrides or {}
     return OrderedDict((t.name, decide(t.env, gpu, overrides.get(t.env))) for t in targets)
 
@@ -343,7 +343,7 @@ def report(targets, gpus: List[dict], overrides: Optional[Dict[str, str]] = None
     for name, d in decisions.items():
         lines.append("  %-17s %-10s %s" % (name, d.env, d.describe()))
     if details:
-        lines.append("Builds considered (newest first; runner/preflight.py BUILDS):")
+        lines.append("Builds considered (newest first; runner/envs/gpu_preflight.py BUILDS):")
         for env in OrderedDict((d.env, None) for d in decisions.values()):
             for b in builds(env):
                 why = driver_reason(b, gpu.get("driver")) or arch_verdict(b, cc)[0]

@@ -1,6 +1,6 @@
 """results.md's "do they compute the same thing" sections: the agreement table, the float64 control, the
 ONNX exit route and the migration matrix with the convention differences of the exports (split out of
-runner/report.py)."""
+runner/report/render.py)."""
 import os
 from collections import OrderedDict
 from typing import List, Optional

@@ -1,7 +1,7 @@
 """results.md's "Before you rent a GPU": what the records show has run on a GPU, what the build audit says cannot
 run where, which routes no GPU has run yet, and how long each preset takes per row on the card that ran it.
 
-Every statement comes from a committed record (``results/records``) or from ``runner/preflight.py``'s audit of the
+Every statement comes from a committed record (``results/records``) or from ``runner/envs/gpu_preflight.py``'s audit of the
 GPU builds; nothing here is typed by hand.  README.md carries a copy between two marker lines.
 """
 import os
@@ -92,7 +92,7 @@ def audit(cc: Tuple[int, int]) -> "OrderedDict":
 
 
 def cannot_lines() -> List[str]:
-    lines = ["- **What each architecture cannot run** (runner/preflight.py's audit of each GPU build; the GPU "
+    lines = ["- **What each architecture cannot run** (runner/envs/gpu_preflight.py's audit of each GPU build; the GPU "
              "preflight says it again on the machine, before anything is installed):"]
     for cc, cards in CARDS:
         issues = [(env, why) for env, why in audit(cc).items() if why]

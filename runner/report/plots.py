@@ -1,5 +1,5 @@
 """results.md's plots (matplotlib, Agg), each written atomically next to the records (split out of
-runner/report.py)."""
+runner/report/render.py)."""
 import os
 from collections import OrderedDict
 from typing import List, Optional

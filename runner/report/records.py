@@ -1,5 +1,5 @@
 """results.md's building blocks: selecting, grouping and naming result records, and the Markdown
-table helpers every section uses (split out of runner/report.py; ``runner.report`` re-exports these names)."""
+table helpers every section uses (split out of runner/report/render.py; ``runner.report`` re-exports these names)."""
 import re
 from collections import OrderedDict
 from typing import List, Optional
@@ -44,8 +44,8 @@ def _label(rec: dict) -> str:
                           " (as installed)" if rec.get("as_is") else "")
 
 
-#: a failed record's reason when a signal or a time limit stopped the run (runner/interrupt.py, runner/execute.py,
-#: runner/supervise.py), not the notebook's own error
+#: a failed record's reason when a signal or a time limit stopped the run (runner/interrupt.py, runner/run/execute.py,
+#: runner/dp/supervisor.py), not the notebook's own error
 STOPPED = re.compile(r"^(interrupted|terminated|stopped) \(SIG[A-Z0-9]+\)|^a cell ran past the .* timeout"
                      r"|^timed out after ")
 

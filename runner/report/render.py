@@ -13,11 +13,11 @@ differences measured on the exports (runner/migrate.py), the environments, and h
 
 The page is composed here; its parts live in
 
-- ``runner/report_records.py``: selecting, grouping and naming records; the Markdown table helpers;
-- ``runner/report_tables.py``: the summary, the table of record, speed and efficiency, peaks, profiles, step time;
-- ``runner/report_checks.py``: agreement, the float64 control, the ONNX exit route, the migration matrix;
-- ``runner/report_plots.py``: the plots;
-- ``runner/report_provenance.py``: the environments and how the records were made.
+- ``runner/report/records.py``: selecting, grouping and naming records; the Markdown table helpers;
+- ``runner/report/tables.py``: the summary, the table of record, speed and efficiency, peaks, profiles, step time;
+- ``runner/report/checks.py``: agreement, the float64 control, the ONNX exit route, the migration matrix;
+- ``runner/report/plots.py``: the plots;
+- ``runner/report/provenance.py``: the environments and how the records were made.
 
 Every name those modules define stays importable from ``runner.report``.
 """
@@ -220,9 +220,9 @@ def render(results_dir: str, command: str, commit: Optional[str], output: str, w
 
 #: README.md's copies of parts of the page sit between marker lines; writing the project's results.md rewrites them
 README = os.path.join(ROOT, "README.md")
-README_BEGIN = "<!-- results.md's summary, copied here by python -m runner.report: edit runner/report_tables.py -->"
+README_BEGIN = "<!-- results.md's summary, copied here by python -m runner.report: edit runner/report/tables.py -->"
 README_END = "<!-- end of results.md's summary -->"
-GPU_BEGIN = "<!-- results.md's GPU facts, copied here by python -m runner.report: edit runner/report_gpu.py -->"
+GPU_BEGIN = "<!-- results.md's GPU facts, copied here by python -m runner.report: edit runner/report/gpu_facts.py -->"
 GPU_END = "<!-- end of results.md's GPU facts -->"
 
 

@@ -1,5 +1,5 @@
 """results.md's speed tables: the summary, the table of record, speed and efficiency, the measured matmul
-peaks, the profile shares and the step time per utterance length (split out of runner/report.py)."""
+peaks, the profile shares and the step time per utterance length (split out of runner/report/render.py)."""
 import os
 import subprocess
 from collections import OrderedDict
@@ -235,14 +235,14 @@ def fastest_variant(rec: dict, records: List[dict]) -> Optional[dict]:
     return max(same, key=_speed) if same else None
 
 
-#: the speed table's column for the latency-aware roofline (runner/report_latency.py)
+#: the speed table's column for the latency-aware roofline (runner/report/latency.py)
 LATENCY_COLUMN = "% of latency roofline"
 
 
 def speed_rows(records: List[dict], latency: Optional[dict] = None) -> "OrderedDict":
     """Per preset-and-device group (:func:`_bench_key`), one row per record: audio s/s and its ratio to
     the group's fastest row, achieved FLOP/s and the share of the measured square-matmul peak, the share of the
-    latency-aware roofline where ``latency`` (runner/report_latency.py) has the card's figures (the column only
+    latency-aware roofline where ``latency`` (runner/report/latency.py) has the card's figures (the column only
     in such a group), and for a row of record its audio s/s divided by its framework's fastest variant's.
     Returns {group key: (unit, rows)}; completed rows first, fastest first."""
     out = OrderedDict()

@@ -12,7 +12,7 @@ collects each step from every notebook and writes
     python -m runner.rosetta --extract pytorch   # docs/translations/ds2_pytorch.py only (a notebook's name, or "all")
 
 Each notebook's cells tagged ``translation`` (model, canonical weights' loading, CTC loss, one training step) are also
-written as one standalone file, ``docs/translations/ds2_<name>.py`` (runner/translation.py; ``ds2_keras.py`` for the
+written as one standalone file, ``docs/translations/ds2_<name>.py`` (runner/rosetta/extract.py; ``ds2_keras.py`` for the
 three Keras 3 rows); both pages link to them.
 """
 import html

@@ -46,11 +46,11 @@ class RunOptions:
         self.gpu = gpu                  # first GPU's facts (envinfo.gpus()[0]) when device is cuda
         self.progress = progress
         self.found = found or set()     # env names whose interpreter was found here, not given (CNTK's)
-        self.gpu_builds = gpu_builds or {}  # env name -> CUDA build forced with --gpu-build (runner/preflight.py)
+        self.gpu_builds = gpu_builds or {}  # env name -> CUDA build forced with --gpu-build (runner/envs/gpu_preflight.py)
         self.profile = profile          # profile one training step (the notebook's ``profile`` parameter)
         self.init_weights = init_weights  # a canonical .npz every notebook starts from (``init_weights``), or None
         self.installed = installed or {}  # env name -> an interpreter run as it is (--use-installed)
-        self.installed_facts = installed_facts or {}   # env name -> its preflight (runner/installed.py probe)
+        self.installed_facts = installed_facts or {}   # env name -> its preflight (runner/envs/use_installed.py probe)
         self.wheelhouse = wheelhouse    # environments are made from this directory, no index (--wheelhouse)
         self.skip = list(skip or [])    # parts every notebook leaves out (--skip; the ``skip`` parameter)
 
@@ -136,7 +136,7 @@ def _run_info(target: Target, opts: RunOptions, started: str, notebook_out: Opti
             "executed_notebook": os.path.relpath(notebook_out, ROOT) if notebook_out else None,
             "runner_python": sys.version.split()[0]}
     if decision is not None:
-        info["gpu_build"] = decision.record()      # which CUDA build, why (runner/preflight.py)
+        info["gpu_build"] = decision.record()      # which CUDA build, why (runner/envs/gpu_preflight.py)
     elif opts.device == "cuda" and target.env in opts.installed:
         info["gpu_build"] = {"env": env.name, "build": "as installed", "reason": "the interpreter's own build "
                              "(--use-installed): the notebook records the framework's CUDA version"}
@@ -353,7 +353,7 @@ def _run(target, opts, announce, finish, done, staged, partial_nb, notebook_out,
         rec["run"] = dict(rec.get("run", {}), **_run_info(target, opts, started, executed, decision))
         rec["run"]["wall_s"] = time.time() - t0
         alongside = framework_envs.made_between(since, time.monotonic())
-        if alongside:       # its timings shared the machine with these installs (runner/envs.py start_ahead)
+        if alongside:       # its timings shared the machine with these installs (runner/envs/framework_envs.py start_ahead)
             rec["run"]["environments_made_alongside"] = alongside
         return done(rec)
 

@@ -19,7 +19,7 @@ class Target:
     """One row: a notebook run in an environment with fixed extra parameters.
 
     Which GPUs and drivers can run it is decided by its environment's CUDA builds in
-    runner/preflight.py (BUILDS); ``cpu_precisions`` are the precisions it runs on a CPU, with
+    runner/envs/gpu_preflight.py (BUILDS); ``cpu_precisions`` are the precisions it runs on a CPU, with
     ``cpu_precision_reasons`` saying why the others do not; ``cpu_precision_flags`` the CPU features
     (/proc/cpuinfo flags) a precision needs beyond that, with what fails without them.
     """
