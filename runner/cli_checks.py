@@ -293,9 +293,9 @@ def python_error(env_name: str, path: str) -> Optional[str]:
     """Why the interpreter given for an environment (--python ENV=PATH) cannot build it, or None."""
     env = ENVS[env_name]
     if env.shared_python:
-        cand = cntk_python.check(path, "--python %s=" % env_name)
+        cand = cntk_python.check_interpreter(path, "--python %s=" % env_name)
         return None if cand.ok else "--python %s=%s %s" % (env_name, path, cand.reason)
-    facts, reason = cntk_python.probe(path)
+    facts, reason = cntk_python.probe_interpreter(path)
     if facts is None:
         return "--python %s=%s: %s" % (env_name, path, reason)
     problem = env.python_problem(facts["version"])
@@ -367,7 +367,7 @@ def offline_preflight(args, env_names, targets, device, gpus, gpu_builds, python
             if framework_envs.status(env, device, pythons.get(env_name), build) == "ready" or \
                     (env.needs_python and env_name not in pythons):
                 continue
-            wheelhouse.check(args.wheelhouse, env.requirements(device, build),
+            wheelhouse.require_wheels(args.wheelhouse, env.requirements(device, build),
                              framework_envs.python_version(pythons.get(env_name) or framework_envs.default_python()),
                              "environment %s" % env_name, pip_spec=env.pip)
     facts = {}

@@ -15,7 +15,7 @@ from runner.run.targets import ALL_TARGETS, TARGETS, VARIANTS, names
 from runner.validate import OneLineParser, non_empty, positive_int, positive_int_list, seconds
 
 
-def comma_list(choices, what):
+def choice_list(choices, what):
     """A comma list of ``choices``, each once (runner/validate.py); ``all`` alone is every row of record."""
     return input_checks.comma_list(choices, what, everything=list(TARGETS) if what == "framework" else None)
 
@@ -27,7 +27,7 @@ def preset_name(text: str) -> str:
         raise argparse.ArgumentTypeError(str(e))
 
 
-def env_python(text: str):
+def env_assignment(text: str):
     name, sep, path = text.partition("=")
     if not sep or name not in ENVS or not path:
         raise argparse.ArgumentTypeError("expected ENV=PATH with ENV one of: %s; got %r" % (", ".join(ENVS), text))
@@ -45,7 +45,7 @@ def gpu_build(text: str):
 # long: one add_argument per option, in the order --help lists them; splitting it would scatter the options
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="run_all.py", description="Run the DS2 notebooks of every framework and write results.md.")
-    p.add_argument("--frameworks", type=comma_list(list(ALL_TARGETS), "framework"), default=list(TARGETS),
+    p.add_argument("--frameworks", type=choice_list(list(ALL_TARGETS), "framework"), default=list(TARGETS),
                    help="comma-separated targets, or 'all' (default: every row of record). Targets: %s; "
                         "variants: %s" % (names(), ", ".join(VARIANTS)))
     p.add_argument("--variants", action="store_true",
@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated minibatch sizes, each its own row (default: the preset's)")
     p.add_argument("--scale", type=positive_int, default=None,
                    help="utterances per percent point of the length mix (default: the preset's)")
-    p.add_argument("--precision", type=comma_list(list(PRECISIONS) + [CONTROL_PRECISION], "precision"), default=["fp32"],
+    p.add_argument("--precision", type=choice_list(list(PRECISIONS) + [CONTROL_PRECISION], "precision"), default=["fp32"],
                    help="comma-separated: fp32 (TF32 off), tf32, bf16 (default fp32; on a CPU fp32 and, where the framework "
                         "has it, bf16); fp64: the float64 control, pytorch only (a reference trajectory, not a row)")
     p.add_argument("--profile", action="store_true",
@@ -103,9 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "of tracked files only when named)")
     p.add_argument("--output", default=None, help="the Markdown table (default: results.md, or <results-dir>/results.md "
                                                   "for another results dir)")
-    p.add_argument("--python", type=env_python, action="append", default=[], metavar="ENV=PATH",
+    p.add_argument("--python", type=env_assignment, action="append", default=[], metavar="ENV=PATH",
                    help="build environment ENV from this interpreter")
-    p.add_argument("--use-installed", type=env_python, action="append", default=[], metavar="ENV=PYTHON",
+    p.add_argument("--use-installed", type=env_assignment, action="append", default=[], metavar="ENV=PYTHON",
                    help="run ENV's rows in this interpreter as it is installed: no environment is made, pip is not "
                         "called (env DS2_USE_INSTALLED=pytorch=/usr/bin/python3,jax=/usr/bin/python3); a preflight "
                         "checks what the notebooks import and shows the versions beside the pins")
@@ -137,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "this preset, precision and batch size) into every selected framework: only the notebooks' "
                         "cells up to the correctness check plus the export cell run, no training; records in "
                         "results/migration/, the matrix in results.md (runner/migrate.py)")
-    p.add_argument("--migrate-to", type=comma_list(list(ALL_TARGETS), "framework"), default=None, metavar="T[,T...]",
+    p.add_argument("--migrate-to", type=choice_list(list(ALL_TARGETS), "framework"), default=None, metavar="T[,T...]",
                    help="with --migrate: load the --frameworks exports into these frameworks only (default: into every "
                         "one of --frameworks), e.g. --frameworks mxnet,cntk --migrate-to pytorch,jax")
     p.add_argument("--no-progress", action="store_true", help="no papermill progress bars")

@@ -97,7 +97,7 @@ def _grace_over(signum, frame):
     raise Interrupted(_state["signum"])
 
 
-def check() -> None:
+def raise_if_signalled() -> None:
     """Raise :class:`Interrupted` if a signal came."""
     if _state["signum"] is not None:
         signal.alarm(0)
@@ -113,7 +113,7 @@ def deferred():
     finally:
         _state["deferring"] -= 1
     if not _state["deferring"]:
-        check()
+        raise_if_signalled()
 
 
 def track_kernel(key, pgid: int) -> None:

@@ -399,7 +399,7 @@ def ensure_runner_env(announce=print, wheelhouse: Optional[str] = None) -> str:
         base = getattr(sys, "_base_executable", None) or sys.executable
         if wheelhouse:
             from runner.envs import wheelhouse as wh
-            wh.check(wheelhouse, RUNNER_REQUIREMENTS, "%d.%d" % sys.version_info[:2], "the runner's environment")
+            wh.require_wheels(wheelhouse, RUNNER_REQUIREMENTS, "%d.%d" % sys.version_info[:2], "the runner's environment")
         announce("Creating the runner environment %s from envs/runner.txt (once; %s)..."
                  % (path, "with pip" if uv_excluded(wheelhouse) else "with uv, installed first by pip"))
         os.makedirs(ENVS_DIR, exist_ok=True)

@@ -51,7 +51,7 @@ class Candidate(object):
         return "Candidate(%r, %r, reason=%r)" % (self.path, self.source, self.reason)
 
 
-def probe(path, timeout=60):
+def probe_interpreter(path, timeout=60):
     """Run ``path`` once; returns (facts, None) or (None, one-line reason it cannot be used)."""
     if not os.path.exists(path):
         return None, "not found"
@@ -86,10 +86,10 @@ def version_tuple(version):
     return tuple(int(x) for x in re.findall(r"\d+", version)[:2])
 
 
-def check(path, source):
+def check_interpreter(path, source):
     """A :class:`Candidate` for ``path``, run and judged."""
     cand = Candidate(os.path.abspath(os.path.expanduser(path)), source)
-    facts, reason = probe(cand.path)
+    facts, reason = probe_interpreter(cand.path)
     if facts is None:
         cand.reason = reason
         return cand
@@ -180,7 +180,7 @@ def discover(explicit=None, environ=None, home=None):
     environ = os.environ if environ is None else environ
     for path, source in ((explicit, "--cntk-python"), (environ.get(ENV_VAR), ENV_VAR)):
         if path:
-            cand = check(path, source)
+            cand = check_interpreter(path, source)
             return Discovery(cand if cand.ok else None, [], cand)
     rejected, seen = [], set()
     for path, source in search_locations(environ, home):
@@ -188,7 +188,7 @@ def discover(explicit=None, environ=None, home=None):
         if real in seen:
             continue
         seen.add(real)
-        cand = check(path, source)
+        cand = check_interpreter(path, source)
         if cand.ok:
             return Discovery(cand, rejected, None)
         rejected.append(cand)

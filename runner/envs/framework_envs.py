@@ -138,7 +138,7 @@ def _ensure(env: Env, device: str, python: Optional[str], announce, build: Optio
             os.remove(log)
         if wheelhouse:
             from runner.envs import wheelhouse as wh
-            wh.check(wheelhouse, req, version, "environment %s" % env.name, pip_spec=env.pip)
+            wh.require_wheels(wheelhouse, req, version, "environment %s" % env.name, pip_spec=env.pip)
         if progress is None:
             create_venv(path, req, base, stamp, log, pip=env.pip, wheelhouse=wheelhouse)
         else:

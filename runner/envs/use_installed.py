@@ -124,7 +124,7 @@ def read_pins(path: str, python: Optional[str]) -> "OrderedDict[str, str]":
     return pins
 
 
-def probe(python: str, names) -> dict:
+def probe_versions(python: str, names) -> dict:
     """What ``python`` has of the distributions ``names``: its version and {name: {dist, version, module}}."""
     wanted = {n: [list(ALTERNATIVES.get(n, (n,))), MODULES.get(n, n.lower().replace("-", "_"))] for n in names}
     try:
@@ -139,12 +139,12 @@ def probe(python: str, names) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def check(python: str, pins: Dict[str, str], what: str, facts: Optional[dict] = None,
+def check_versions(python: str, pins: Dict[str, str], what: str, facts: Optional[dict] = None,
           optional=()) -> Tuple[dict, List[str]]:
     """Probe ``python`` for ``pins`` (or take ``facts``, its probe); returns (the probe, the report's lines) or
     raises InstalledError with one line: what is missing and how to install it, or which framework is older
     than :data:`OLDEST`.  A missing package of ``optional`` is a line of the report, not an error."""
-    facts = facts or probe(python, list(pins))
+    facts = facts or probe_versions(python, list(pins))
     packages = facts["packages"]
     absent = [n for n in pins if not (packages[n]["version"] or packages[n]["module"])]
     missing = [n for n in absent if n not in optional]
@@ -189,13 +189,13 @@ def needed_pins(env, device: str, targets, python_version: Optional[str]) -> "Or
 def check_env(env, device: str, targets, python: str) -> Tuple[dict, List[str]]:
     """The preflight of ``--use-installed ENV=PYTHON`` for the rows ``targets``: (the probe, its report's
     lines), or InstalledError with one line."""
-    facts = probe(python, list(needed_pins(env, device, targets, None)))
+    facts = probe_versions(python, list(needed_pins(env, device, targets, None)))
     pins = needed_pins(env, device, targets, facts["python"])
     problem = env.python_problem(facts["python"])
     if problem:
         raise InstalledError("--use-installed %s=%s: %s; it is Python %s" % (env.name, python, problem, facts["python"]))
     facts["packages"] = {n: facts["packages"][n] for n in pins}
-    return check(python, pins, "--use-installed %s" % env.name, facts, optional=ONNX_ONLY)
+    return check_versions(python, pins, "--use-installed %s" % env.name, facts, optional=ONNX_ONLY)
 
 
 def kernel(env, device: str, python: str, facts: dict, prefix: str = sys.prefix) -> str:
@@ -250,7 +250,7 @@ def runner_problem(tests: bool = False, python: str = sys.executable) -> Optiona
     pins = read_pins(os.path.join(ROOT, "envs", "runner.txt"), "%d.%d" % sys.version_info[:2])
     names = [n for n in pins if n not in NOT_IMPORTED and (tests or n in RUN_ALL_NEEDS)]
     try:
-        check(python, OrderedDict((n, pins[n]) for n in names), "DS2_RUNNER=current")
+        check_versions(python, OrderedDict((n, pins[n]) for n in names), "DS2_RUNNER=current")
     except InstalledError as e:
         return str(e)
     return None

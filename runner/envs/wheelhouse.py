@@ -70,7 +70,7 @@ def missing(wheelhouse: str, requirements: str, python_version: str, pip_spec: s
                                                                        ["no output"])[-1]
 
 
-def check(wheelhouse: str, requirements: str, python_version: str, what: str, pip_spec: str = "pip") -> None:
+def require_wheels(wheelhouse: str, requirements: str, python_version: str, what: str, pip_spec: str = "pip") -> None:
     """Raise WheelhouseError with :func:`lacks_message` when the wheelhouse lacks something ``requirements``
     needs."""
     lack = missing(wheelhouse, requirements, python_version, pip_spec)
