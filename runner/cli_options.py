@@ -84,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mxnet-dp", choices=["sync", "local", "dist_sync"], default="sync",
                    help="MXNet with --workers W: sync (default: one process, W devices, SyncBatchNorm), local (the same, "
                         "each device its own BatchNorm statistics), dist_sync (W processes + a ps-lite scheduler and "
-                        "server; per-worker statistics; equals local) (runner/dp/launch.py MXNET_DP_MODES)")
+                        "server; per-worker statistics; equals local) (runner/run/targets.py MXNET_DP_MODES)")
     p.add_argument("--hosts", type=non_empty("hostfile"), metavar="HOSTFILE", default=None,
                    help="with --workers W: train on several machines, one host[:slots] per line (W = the slots' sum); "
                         "each host's processes start over ssh with the framework's own multi-node launcher "

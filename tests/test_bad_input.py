@@ -294,7 +294,7 @@ def test_bad_input_is_refused_in_one_line_before_anything(scratch, command, args
     assert elapsed < SECONDS, "a refusal took %.1f s" % elapsed
 
 
-def test_every_issue_case_is_in_the_table():
+def test_every_promised_refusal_is_in_the_table():
     """The table keeps a case for each input this suite promises to refuse (a renamed case is fine, a dropped one
     is not)."""
     ids = {p.id for p in CASES}

@@ -2,7 +2,7 @@
 the smoke preset, trains exactly like one process with the global batch -- the first 10 losses within
 1e-5 relative, the same data checksum, the same trained-parameter summary (``checks.equivalence``,
 computed by the runner when the single-worker record with the global batch is in the same results
-directory).  Modelled on tests/test_dp16.py.
+directory).  Modelled on tests/test_dp_equivalence_cntk_mxnet.py.
 
 The target runs twice into one temporary results directory: ``--batch-size 8`` (one process) and then
 ``--workers 2 --batch-size 4`` (2 processes x 4, jax.distributed over gloo).  The smoke preset's global

@@ -2,7 +2,7 @@
 
 * keras-jax, smoke preset: ``--batch-size 8`` (one worker), then ``--workers 2 --batch-size 4`` (2 x 4) into the
   same results directory: the first 10 losses within 1e-5 relative, the same data checksum, the parameter
-  summaries (``checks.equivalence``, as tests/test_dp16.py checks CNTK and MXNet).
+  summaries (``checks.equivalence``, as tests/test_dp_equivalence_cntk_mxnet.py checks CNTK and MXNet).
 * the single-worker run's export: its checks passed; the ``.keras`` file it wrote opens on the **torch** backend
   (``keras.saving.load_model`` in the PyTorch environment, no notebook code) with the same inference logits; its
   canonical ``.npz`` loaded back with ``init_weights`` passes section 6's check from the loaded state; a broken

@@ -12,7 +12,7 @@ Two checks in the default tier:
   against the session's smoke run of ``jax``: the first-loss check, the first 10 losses within
   ``variant_rtol("jax+hoist")``, every shape compiled ahead of time in the warm-up and nothing in the timed pass.
 
-In the full tier the session's smoke run has every variant, and tests/test_notebooks.py, tests/test_nbb.py and
+In the full tier the session's smoke run has every variant, and tests/test_notebooks.py, tests/test_notebook_parameters_jax_keras.py and
 tests/test_onnx.py hold ``jax+hoist`` to what they hold every variant to."""
 import json
 import subprocess

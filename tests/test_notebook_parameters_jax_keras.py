@@ -1,7 +1,7 @@
 """The JAX/Flax and Keras 3 notebooks: their parameters, and the records of their variants.
 
 The record tests run for the selected targets (tests/conftest.py: every row of record and variant, or
-those of ``DS2_TEST_FRAMEWORKS``, e.g. ``DS2_TEST_FRAMEWORKS=jax python -m tests -k nbb``).
+those of ``DS2_TEST_FRAMEWORKS``, e.g. ``DS2_TEST_FRAMEWORKS=jax python -m tests -k notebook_parameters_jax_keras``).
 """
 import ast
 import json

@@ -37,7 +37,7 @@ def parameters(name):
 
 
 @pytest.mark.parametrize("name", sorted(NOTEBOOKS))
-def test_parameters_of_issues_11_and_14(name):
+def test_variant_profile_and_forward_repeats_parameters(name):
     p = parameters(name)
     assert p["variant"] == "" and p["profile"] is False and p["forward_repeats"] is None
 

@@ -115,7 +115,7 @@ def test_agreement_prefers_pytorch_on_the_same_device_and_precision(records_dir)
     assert report_records.pytorch_twin(jax_gpu, recs) is torch_cpu       # fp32 PyTorch on another device
 
 
-# ---- speed, efficiency, variants, batch sizes, profiles (issue 11) ----------------------------------
+# ---- speed, efficiency, variants, batch sizes, profiles --------------------------------------------
 def flops_of(achieved, peak, train_s=1.0):
     """A record's flops section (common.flops.flops_section's layout) for ``achieved`` FLOP/s."""
     return {"train": achieved * train_s, "train_per_audio_second": 2.25744e7, "achieved_per_s": achieved,

@@ -45,7 +45,7 @@ the global ``W*b`` -- so it sits in the same results.md group as the single-work
 
 **Timeout.**  With ``--workers`` there are no cells: ``--timeout S`` bounds the whole run.
 
-**Modules.**  This one runs a target (:func:`run_target`: the script, the launch, the record);
+**Modules.**  This one runs a target (:func:`run_target`: its steps are :class:`_Run`'s methods);
 ``runner/dp/launchers.py`` holds the launcher table, ``runner/dp/supervisor.py`` starts, watches and stops the
 processes (:func:`launch`), ``runner/dp/hosts.py`` and ``runner/dp/host_agent.py`` add several hosts, and
 ``runner/report/data_parallel.py`` writes results.md's data-parallel section.
@@ -56,7 +56,7 @@ from collections import OrderedDict
 from typing import List, Optional
 
 from common import envinfo, parallel, results
-from common.parallel import process_start_time, runner_alive   # noqa: F401 (re-exported: tests, dp_worker)
+from common.parallel import process_start_time, runner_alive
 from common.data import shard_sizes
 
 from runner.envs import framework_envs
@@ -65,7 +65,6 @@ from runner.base import ROOT, EnvError
 from runner.envs.bootstrap import env_python
 from runner.envs.definitions import ENVS
 from runner.run.targets import Target
-# the parts of a data-parallel run, by concern; their names stay importable from here
 from runner.dp.launchers import LAUNCHERS, Launcher, launcher_for, launcher_table_markdown
 from runner.run.targets import MXNET_DP_MODES
 from runner.dp.supervisor import GRACE_S, _which, launch

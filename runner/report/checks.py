@@ -1,6 +1,5 @@
 """results.md's "do they compute the same thing" sections: the agreement table, the float64 control, the
-ONNX exit route and the migration matrix with the convention differences of the exports (split out of
-runner/report/render.py)."""
+ONNX exit route and the migration matrix with the convention differences of the exports."""
 import os
 from collections import OrderedDict
 from typing import List, Optional

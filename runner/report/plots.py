@@ -1,5 +1,4 @@
-"""results.md's plots (matplotlib, Agg), each written atomically next to the records (split out of
-runner/report/render.py)."""
+"""results.md's plots (matplotlib, Agg), each written atomically next to the records."""
 import os
 from collections import OrderedDict
 from typing import List, Optional

@@ -1,5 +1,5 @@
 """results.md's last sections: the environments the records ran in, and which commands on which machines
-made them (split out of runner/report/render.py)."""
+made them."""
 from collections import OrderedDict
 from typing import List, Optional
 

@@ -1,5 +1,5 @@
 """results.md's building blocks: selecting, grouping and naming result records, and the Markdown
-table helpers every section uses (split out of runner/report/render.py; ``runner.report`` re-exports these names)."""
+table helpers every section uses (runner/report/render.py composes the page)."""
 import re
 from collections import OrderedDict
 from typing import List, Optional

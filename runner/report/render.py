@@ -17,9 +17,11 @@ The page is composed here; its parts live in
 - ``runner/report/tables.py``: the summary, the table of record, speed and efficiency, peaks, profiles, step time;
 - ``runner/report/checks.py``: agreement, the float64 control, the ONNX exit route, the migration matrix;
 - ``runner/report/plots.py``: the plots;
-- ``runner/report/provenance.py``: the environments and how the records were made.
+- ``runner/report/provenance.py``: the environments and how the records were made;
+- ``runner/report/data_parallel.py``, ``gpu_facts.py``, ``latency.py``: the data-parallel section, the GPU facts
+  and the latency-aware roofline's figures.
 
-Every name those modules define stays importable from ``runner.report``.
+Each caller imports a name from the module that defines it.
 """
 import os
 import sys

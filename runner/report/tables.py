@@ -1,5 +1,5 @@
 """results.md's speed tables: the summary, the table of record, speed and efficiency, the measured matmul
-peaks, the profile shares and the step time per utterance length (split out of runner/report/render.py)."""
+peaks, the profile shares and the step time per utterance length."""
 import os
 import subprocess
 from collections import OrderedDict
