@@ -58,6 +58,12 @@ class Batch(namedtuple("Batch", ["features", "labels", "frames", "seconds", "ind
         return self.features.shape[0] * self.seconds
 
     @property
+    def label_lengths(self) -> np.ndarray:
+        """(N,) int32: every label of a synthetic batch has the full width L (the real task's batches,
+        :class:`common.corpus.Batch`, pad shorter labels with 0 and carry their own lengths)."""
+        return np.full((self.features.shape[0],), self.labels.shape[1], dtype=np.int32)
+
+    @property
     def empty(self) -> bool:
         """True for a worker's shard of a global batch smaller than the number of workers."""
         return self.features.shape[0] == 0

@@ -283,11 +283,21 @@ PRESETS = {
 
 
 def get_preset(name: str) -> Preset:
-    """Look up a preset by name; an unknown name raises ValueError listing the valid ones."""
+    """Look up a preset by name; an unknown name raises ValueError listing the valid ones.  A real-task preset's
+    name (:data:`LEARN_PRESETS`) gives its :meth:`LearnPreset.check_preset`: what a notebook's sections 3-12 run
+    before the learning section."""
     try:
+        if isinstance(name, str) and name in LEARN_PRESETS:
+            return LEARN_PRESETS[name].check_preset()
         return PRESETS[name]
     except (KeyError, TypeError):
-        raise ValueError("unknown preset %r; valid presets: %s" % (name, ", ".join(sorted(PRESETS)))) from None
+        raise ValueError("unknown preset %r; valid presets: %s"
+                         % (name, ", ".join(sorted(PRESETS) + sorted(LEARN_PRESETS)))) from None
+
+
+def is_learn_preset(name) -> bool:
+    """Whether ``name`` is a real-task preset (:data:`LEARN_PRESETS`)."""
+    return isinstance(name, str) and name in LEARN_PRESETS
 
 
 @dataclass(frozen=True)
@@ -313,13 +323,22 @@ class LearnPreset:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def check_preset(self) -> Preset:
+        """The benchmark preset a notebook runs before its learning section, under this preset's name: the learn
+        width and batch size, and synthetic data of one batch (3 utterances of 1 s, DeepMark's mix at scale 1) --
+        the check batch of the first-loss, parameter-count and checksum checks, one warm-up step and a timed pass
+        of that one step, so the record keeps its sections; the learning section starts again from the canonical
+        weights."""
+        return Preset(self.name, self.config, scale=1, batch_size=self.batch_size, lengths=(1,), forward_repeats=1,
+                      peak_square=1024, purpose=self.purpose)
+
 
 #: The learn width: 2 convolutions of 16 channels, 3 bidirectional ReLU RNNs of 256, fc 256 (1,362,941 canonical
 #: parameters), and its optimizer: the spec's SGD with momentum 0.9 at lr 1e-3.
 LEARN_MODEL = DS2Config(conv_channels=16, rnn_layers=3, rnn_hidden=256, fc_hidden=256, lr=1e-3)
 
-#: The real-task presets.  Kept apart from PRESETS, whose names run_all.py --preset accepts: no notebook runs the
-#: real task yet.
+#: The real-task presets.  Kept apart from PRESETS (the benchmark presets); ``run_all.py --preset`` accepts both,
+#: and :func:`get_preset` gives a learn preset's :meth:`LearnPreset.check_preset`.  ``common/learn.py`` runs them.
 LEARN_PRESETS = {
     "learn": LearnPreset("learn", LEARN_MODEL, batch_size=16, eval_every=50, target_cer=0.35,
                          target_split="test_seen", max_steps=1500, eval_batch_size=32, corpus_seed=0,
