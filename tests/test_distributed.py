@@ -293,11 +293,12 @@ import signal, sys
 signal.signal(signal.SIGINT, signal.default_int_handler)   # as in a terminal, even when the tests run in a
 sys.path.insert(0, %(root)r)                                # shell's background job, which ignores SIGINT
 from common.spec import get_preset
-from runner import distributed, execute
+from runner.dp import launch, launchers
+from runner.run import execute
 from runner.run.targets import Target
 target = Target("fixture", "Fixture", %(fixture)r, "pytorch", parameters=dict(mode="hang", collective=%(collective)r))
 opts = execute.RunOptions(get_preset("smoke").with_overrides(batch_size=4), "fp32", 0, "cpu", %(results)r, timeout=300)
-distributed.run_target(target, opts, 2, python=%(python)r, launcher=distributed.LAUNCHERS[%(launcher)r], grace=2)
+launch.run_target(target, opts, 2, python=%(python)r, launcher=launchers.LAUNCHERS[%(launcher)r], grace=2)
 """
 
 
@@ -438,9 +439,9 @@ def test_worker_and_sharding_run_on_python36(tmp_path, tag, env_of):
 def test_a_runner_killed_outright_takes_its_workers_along(tmp_path, tag):
     """SIGKILL leaves the runner no time to clean up: the workers' parent-death signal (SIGTERM) ends them."""
     code = ("import os, sys; sys.path.insert(0, %r)\n"
-            "from runner import distributed\n"
+            "from runner.dp import launchers, supervisor\n"
             "open(%r, 'w').write('x')\n"
-            "distributed.launch(distributed.LAUNCHERS['python'], sys.executable, %r, 2, %r, %r, cwd=%r)\n"
+            "supervisor.launch(launchers.LAUNCHERS['python'], sys.executable, %r, 2, %r, %r, cwd=%r)\n"
             % (ROOT, str(tmp_path / "started"), str(tmp_path / "script.py"), str(tmp_path / "log"),
                str(tmp_path / "status"), str(tmp_path)))
     (tmp_path / "script.py").write_text(SCRIPT % {"root": ROOT})

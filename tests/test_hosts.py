@@ -328,12 +328,13 @@ import signal, sys
 signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path.insert(0, %(root)r)
 from common.spec import get_preset
-from runner import distributed, execute, hosts
+from runner.dp import hosts, launch, launchers
+from runner.run import execute
 from runner.run.targets import Target
 target = Target("fixture", "Fixture", %(fixture)r, "pytorch", parameters=dict(mode="hang", fail_rank=1))
 opts = execute.RunOptions(get_preset("smoke").with_overrides(batch_size=4), "fp32", 0, "cpu", %(results)r, timeout=300)
-distributed.run_target(target, opts, 2, python=sys.executable, launcher=distributed.LAUNCHERS["python"], grace=2,
-                       hosts=hosts.parse_hostfile(%(hostfile)r), ssh_options=%(ssh)r)
+launch.run_target(target, opts, 2, python=sys.executable, launcher=launchers.LAUNCHERS["python"], grace=2,
+                  hosts=hosts.parse_hostfile(%(hostfile)r), ssh_options=%(ssh)r)
 """
 
 

@@ -237,12 +237,13 @@ def test_stopping_ends_every_install_command_still_running(tmp_path, monkeypatch
 DRIVER = textwrap.dedent("""
     import sys
     sys.path.insert(0, %(root)r)
-    from runner import bootstrap, cli, envs
+    from runner import cli
+    from runner.envs import bootstrap, framework_envs
 
     def create_venv(path, requirements, base, stamp, log, pip="pip", wheelhouse=None, progress=None):
         bootstrap.run_logged(["sh", "-c", "echo $$ > %(tmp)s/$(basename %%s).pid; exec sleep 60" %% path], log, "x")
-    envs.create_venv = create_venv
-    envs.AHEAD_WORKERS = 2
+    framework_envs.create_venv = create_venv
+    framework_envs.AHEAD_WORKERS = 2
     sys.exit(cli.main(["--setup-only", "--device", "cpu", "--frameworks", "pytorch,mxnet,jax"]))
 """)
 
