@@ -6,7 +6,7 @@ import sys
 from typing import List, Optional
 
 from common import envinfo
-from common.spec import CONTROL_PRECISION, PRECISIONS, PRESETS, SKIPPABLE, get_preset
+from common.spec import CONTROL_PRECISION, LEARN_PRESETS, PRECISIONS, PRESETS, SKIPPABLE, get_preset, is_learn_preset
 
 from . import cntk_python, envs, execute, interrupt, preflight, report
 from . import installed as installed_mod
@@ -51,7 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--variants", action="store_true",
                    help="also run each selected framework's fastest known variant (its own row)")
     p.add_argument("--preset", type=preset_name, default=None,
-                   help="%s (default: deepmark on a CUDA GPU, smoke otherwise)" % " | ".join(PRESETS))
+                   help="%s (default: deepmark on a CUDA GPU, smoke otherwise); %s: the real task, a DS2 learns "
+                        "spoken English to a target CER (docs/real-task.md)" % (" | ".join(PRESETS),
+                                                                                " | ".join(LEARN_PRESETS)))
     p.add_argument("--batch-size", type=positive_int_list, default=None, metavar="N[,M...]",
                    help="comma-separated minibatch sizes, each its own row (default: the preset's)")
     p.add_argument("--scale", type=positive_int, default=None,
@@ -320,6 +322,11 @@ def _main(argv=None) -> int:
     preset_name_given = args.preset is not None
     if not preset_name_given:
         args.preset = "deepmark" if device == "cuda" else "smoke"
+    if is_learn_preset(args.preset):       # the real task (common/learn.py): its own batch, corpus, one process
+        if args.batch_size or args.scale or args.workers > 1 or args.migrate:
+            return error("--preset %s sets its own batch size and corpus and trains in one process: drop "
+                         "--batch-size, --scale, --workers and --migrate" % args.preset)
+        args.skip = args.skip or list(SKIPPABLE)   # pure benchmark parts; its record says what was skipped
     presets = [get_preset(args.preset).with_overrides(batch_size=bs, scale=args.scale)
                for bs in (args.batch_size or [None])]
     preset = presets[0]

@@ -29,7 +29,7 @@ from common import results
 from common.profile import CATEGORIES
 from common.results import atomic_write_text
 
-from . import distributed, validate
+from . import distributed, report_learning, validate
 from .bootstrap import ROOT
 from .report_checks import (CONTROL_COLUMN, ONNX_NOTE, _load_export, _max_rel, _target_order,  # noqa: F401
                             agreement_rows, control_deviation, control_for, control_section, convention_rows,
@@ -199,7 +199,8 @@ def render(results_dir: str, command: str, commit: Optional[str], output: str, w
         (warn or _warn)("%s is not a readable record (%s): %s leaves it out and lists it as unreadable"
                         % (path if rel.startswith("..") else rel, why, os.path.basename(output)))
     controls = [r for r in all_records if is_control(r)]        # the float64 control: no row anywhere
-    records = [r for r in all_records if not is_control(r)]
+    learning = [r for r in all_records if report_learning.is_learning(r)]   # the real task: its own section only
+    records = [r for r in all_records if not is_control(r) and not report_learning.is_learning(r)]
     plots_dir = os.path.join(results_dir, "plots")
     made = _make_plots(records, controls, plots_dir)
     rel = lambda p: os.path.relpath(p, os.path.dirname(os.path.abspath(output)))  # noqa: E731
@@ -214,7 +215,7 @@ def render(results_dir: str, command: str, commit: Optional[str], output: str, w
         + unreadable_lines(unreadable, records_dir, output) + _speed_lines(records, image, load_latency(results_dir)) \
         + _agreement_lines(records, controls, image) \
         + migration_section(results_dir, records, records_dir, controls) + onnx_section(records, results_dir, output) \
-        + distributed.report_section(records, md_table) + [
+        + distributed.report_section(records, md_table) + report_learning.section(learning, plots_dir, rel) + [
             "## Environments",
             "",
             md_table(environment_rows(all_records)),
