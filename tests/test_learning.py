@@ -195,3 +195,16 @@ def test_the_report_section_flags_a_row_outside_the_pytorch_spread(tmp_path):
     assert R.section([_record("pytorch", 0, [1, 0.5, 0.4, 0.3])], str(tmp_path), str)[-2].startswith(
         "Parity: No parity check")
     assert R.section([{"preset": "smoke", "target": "jax"}], str(tmp_path), str) == []
+
+
+@pytest.mark.parametrize("extra", [["--batch-size", "8"], ["--scale", "2"], ["--workers", "2"]])
+def test_run_all_refuses_what_a_learn_preset_sets_itself(extra):
+    import subprocess
+    import sys
+    from runner.bootstrap import ROOT
+    proc = subprocess.run([sys.executable, "run_all.py", "--preset", "learn-smoke", "--frameworks", "pytorch"] + extra,
+                          cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert "--preset learn-smoke sets its own batch size and corpus and trains in one process" in lines[0]
+    assert "Running" not in proc.stdout
