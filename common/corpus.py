@@ -651,10 +651,10 @@ class Corpus:
             ("features_sha256", self.features_sha256), ("grid_frames", self.recipe["grid_frames"]),
         ])
 
-    def iterator(self, split: str, batch_size: int, seed: int = 0, shuffle: Optional[bool] = None) \
-            -> "CorpusIterator":
+    def iterator(self, split: str, batch_size: int, seed: int = 0, shuffle: Optional[bool] = None,
+                 grid_labels: bool = False) -> "CorpusIterator":
         return CorpusIterator(self, split, batch_size, seed=seed,
-                              shuffle=(split == "train") if shuffle is None else shuffle)
+                              shuffle=(split == "train") if shuffle is None else shuffle, grid_labels=grid_labels)
 
 
 def _check_split(split: str) -> str:
@@ -713,24 +713,35 @@ class Batch(namedtuple("Batch", ["features", "labels", "label_lengths", "frames"
         return self.frames // TIME_STRIDE
 
 
+def label_width(frames: int, margin: int = MARGIN) -> int:
+    """The most symbols an utterance padded to ``frames`` frames can have under the feasibility rule
+    (``F // 4 >= L + R + margin`` with ``F <= frames``): ``frames // 4 - margin``."""
+    return frames // TIME_STRIDE - margin
+
+
 class CorpusIterator:
     """Batches of one split.  Utterances are grouped by padded length (one ``T`` per batch); a length's last
     batch may be smaller.  With ``shuffle`` (train's default), epoch ``e`` permutes the utterances within each
     length and then the order of the batches, from seeds made of (``seed``, ``e``): the same in every process and
     every NumPy version.  Without it (the test splits) the order is ascending length, then manifest order.
+    Labels are as wide as the batch's longest, or with ``grid_labels`` as wide as :func:`label_width` of the
+    batch's ``T`` (the feasibility rule's bound): then a batch's shapes depend on (N, T) alone, so a framework that
+    compiles per shape (XLA) compiles one program per (N, T) of the grid, not one per label width.
 
     >>> it = corpus.iterator("train", batch_size=16)
     >>> for batch in it.epoch(0): ...          # one pass
     >>> for batch in it.steps(500): ...        # 500 batches, epoch after epoch
     """
 
-    def __init__(self, corpus: Corpus, split: str, batch_size: int, seed: int = 0, shuffle: bool = True):
+    def __init__(self, corpus: Corpus, split: str, batch_size: int, seed: int = 0, shuffle: bool = True,
+                 grid_labels: bool = False):
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError("batch_size must be a positive integer, got %r" % (batch_size,))
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
             raise ValueError("seed must be a non-negative integer, got %r" % (seed,))
         self.corpus, self.split, self.batch_size, self.seed, self.shuffle = \
             corpus, _check_split(split), batch_size, seed, shuffle
+        self.grid_labels = grid_labels
         self.utterances = corpus.utterances(split)
         self._labels = [encode(u.text) for u in self.utterances]
         groups = OrderedDict()
@@ -772,7 +783,11 @@ class CorpusIterator:
             raise ValueError("utterances of different padded lengths cannot share a batch")
         feats = np.stack([self.corpus.features(self.split, i) for i in ids]).astype(np.float32)
         lengths = np.array([len(self._labels[i]) for i in ids], dtype=np.int32)
-        labels = np.zeros((len(ids), int(lengths.max())), dtype=np.int32)
+        width = label_width(t) if self.grid_labels else int(lengths.max())
+        if lengths.max() > width:
+            raise ValueError("a label of %d symbols in a batch of %d frames: the feasibility rule allows at most %d"
+                             % (lengths.max(), t, width))
+        labels = np.zeros((len(ids), width), dtype=np.int32)
         for row, i in enumerate(ids):
             labels[row, :lengths[row]] = self._labels[i]
         return Batch(feats, labels, lengths, t, index, epoch, list(ids))

@@ -6,8 +6,10 @@ synthetic check batch: first loss against the NumPy reference, parameter count, 
 *12b. Learning a real task*, which hands two functions of its own to :class:`Learner`:
 
 - ``train_step(batch)``: the notebook's training step (section 7, the same function), on a
-  :class:`common.corpus.Batch` -- features (N, T, 161) float32, labels (N, Lmax) int32 padded with 0,
-  label_lengths (N,) int32, one T per batch, every logit length T / 4 -- returning the loss (any scalar
+  :class:`common.corpus.Batch` -- features (N, T, 161) float32, labels (N, Lmax) int32 padded with 0 (the blank,
+  which no label is) to Lmax = T / 4 - 5 (:func:`common.corpus.label_width`: a batch's shapes depend on (N, T) only,
+  one XLA program per grid shape), label_lengths (N,) int32, one T per batch, every logit length T / 4 -- returning
+  the loss (any scalar
   ``to_float`` turns into a float: reading it waits for the step to finish);
 - ``predict(batch)``: an inference-mode forward pass (BatchNorm's running statistics, no gradient) returning the
   argmax class of every output frame, (N, T / 4) integers (logits (N, T / 4, 29) are accepted and reduced here).
@@ -126,10 +128,10 @@ class Learner:
         self.clock = clock
         t0 = time.time()
         self.corpus = corpus if corpus is not None else open_corpus(self.preset, progress=progress)
-        self.train = self.corpus.iterator("train", self.preset.batch_size, seed=seed)
+        self.train = self.corpus.iterator("train", self.preset.batch_size, seed=seed, grid_labels=True)
         self.eval_sets = OrderedDict()
         for split in EVAL_SPLITS:
-            it = self.corpus.iterator(split, self.preset.eval_batch_size, seed=0, shuffle=False)
+            it = self.corpus.iterator(split, self.preset.eval_batch_size, seed=0, shuffle=False, grid_labels=True)
             self.eval_sets[split] = (it, list(it.epoch(0)))
         self.prepare_s = time.time() - t0
         self._print("%s: corpus %s (%s), %d training utterances in %d batches of up to %d, evaluation on %s "
@@ -139,6 +141,18 @@ class Learner:
                        " + ".join(str(len(it.utterances)) for it, _ in self.eval_sets.values()),
                        self.preset.eval_every, self.preset.target_split, self.preset.target_cer,
                        self.preset.max_steps, self.prepare_s))
+
+    def shapes(self):
+        """What a framework that compiles per shape compiles ahead: ``{"train": [batch, ...], "eval": [batch, ...]}``,
+        the first batch of every distinct (N, T) shape of the training split and of the evaluation splits (their
+        labels have the width of their T)."""
+        seen, evals = set(), []
+        for _, batches in self.eval_sets.values():
+            for b in batches:
+                if (b.batch_size, b.frames) not in seen:
+                    seen.add((b.batch_size, b.frames))
+                    evals.append(b)
+        return {"train": self.train.warmup_batches(0), "eval": evals}
 
     def _print(self, line: str) -> None:
         print(line, file=self.out)
@@ -164,10 +178,11 @@ class Learner:
         return out
 
     def run(self, train_step: Callable, predict: Callable, to_float: Callable = float,
-            max_steps: Optional[int] = None, inference: str = "") -> "OrderedDict":
+            max_steps: Optional[int] = None, inference: str = "", details: Optional[dict] = None) -> "OrderedDict":
         """Train from the model as it is now until the target CER or the step cap; returns the record's
         ``learning`` block.  ``max_steps``: a lower cap than the preset's (a test's); ``inference``: how the
-        notebook's ``predict`` runs the model (for the record)."""
+        notebook's ``predict`` runs the model; ``details``: the framework's own facts for the record (what it
+        compiled ahead, off the clock, and how long that took)."""
         p = self.preset
         cap = p.max_steps if max_steps is None else min(int(max_steps), p.max_steps)
         if cap < 1:
@@ -237,7 +252,8 @@ class Learner:
             ("optimizer", "SGD, momentum %g, lr %g" % (p.config.momentum, p.config.lr)),
             ("corpus", self.corpus.describe()),
             ("train_data", dict(self.train.describe(), batches_sha256=batches.hexdigest())),
-            ("inference", inference), ("clock", CLOCK), ("prepare_s", round(self.prepare_s, 3)),
+            ("inference", inference), ("details", details or {}), ("clock", CLOCK),
+            ("prepare_s", round(self.prepare_s, 3)),
             ("steps", step), ("stopped", stopped), ("target", target),
             ("final", OrderedDict([("step", final["step"]), ("cer", final["cer"]), ("train_s", round(train_s, 3)),
                                    ("eval_s", round(eval_s, 3)), ("wall_s", round(wall, 3))])),

@@ -345,6 +345,13 @@ LEARN_PRESETS = {
                          train_utterances=3000, test_utterances=200,
                          purpose="the real task: spoken English (3,000 training utterances, 1.75 h), greedy CER "
                                  "on unseen sentences of training voices and of unseen voices"),
+    # The tests' short run (tests/test_learning_rows.py): the same model, optimizer and batch size on a corpus of
+    # the same recipe made small enough to build in seconds, a cap of a few dozen steps and a target a learning row
+    # reaches within it (measured: docs/real-task.md).
+    "learn-smoke": LearnPreset("learn-smoke", LEARN_MODEL, batch_size=16, eval_every=30, target_cer=0.9,
+                               target_split="test_seen", max_steps=60, eval_batch_size=32, corpus_seed=0,
+                               train_utterances=200, test_utterances=30,
+                               purpose="tests and CI: the learn model on 200 training utterances, at most 60 steps"),
 }
 
 

@@ -8,7 +8,7 @@ import sys
 from typing import List, Optional
 
 from common import envinfo
-from common.spec import get_preset
+from common.spec import SKIPPABLE, get_preset, is_learn_preset
 
 from runner import cli_checks, interrupt
 from runner.cli_options import build_parser
@@ -163,6 +163,11 @@ def prepare_runs(plan: Plan) -> Optional[int]:
     args = plan.args
     if not plan.preset_name_given:
         args.preset = "deepmark" if plan.device == "cuda" else "smoke"
+    if is_learn_preset(args.preset):       # the real task (common/learn.py): its own batch, corpus, one process
+        if args.batch_size or args.scale or args.workers > 1 or args.migrate:
+            return error("--preset %s sets its own batch size and corpus and trains in one process: drop "
+                         "--batch-size, --scale, --workers and --migrate" % args.preset)
+        args.skip = args.skip or list(SKIPPABLE)   # pure benchmark parts; its record says what was skipped
     plan.presets = [get_preset(args.preset).with_overrides(batch_size=bs, scale=args.scale)
                     for bs in (args.batch_size or [None])]
     preset = plan.presets[0]

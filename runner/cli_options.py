@@ -4,7 +4,7 @@ status 2: runner/validate.py).  The checks between options, and against the mach
 import argparse
 import os
 
-from common.spec import CONTROL_PRECISION, PRECISIONS, PRESETS, SKIPPABLE, get_preset
+from common.spec import CONTROL_PRECISION, LEARN_PRESETS, PRECISIONS, PRESETS, SKIPPABLE, get_preset
 
 from runner import cli_checks
 from runner import validate as input_checks
@@ -51,7 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--variants", action="store_true",
                    help="also run each selected framework's fastest known variant (its own row)")
     p.add_argument("--preset", type=preset_name, default=None,
-                   help="%s (default: deepmark on a CUDA GPU, smoke otherwise)" % " | ".join(PRESETS))
+                   help="%s (default: deepmark on a CUDA GPU, smoke otherwise); %s: the real task, a DS2 learns "
+                        "spoken English to a target CER (docs/real-task.md)" % (" | ".join(PRESETS),
+                                                                                " | ".join(LEARN_PRESETS)))
     p.add_argument("--batch-size", type=positive_int_list, default=None, metavar="N[,M...]",
                    help="comma-separated minibatch sizes, each its own row (default: the preset's)")
     p.add_argument("--scale", type=positive_int, default=None,

@@ -195,9 +195,23 @@ def test_pins_markers_and_versions():
 
 
 # ---- a wheelhouse: prepared where a registry is, installed where none is --------------------------------------
+def test_a_wheelhouse_without_the_pinned_wheels_is_refused_in_one_line_before_anything_is_made(tmp_path):
+    """The check before any environment is made (pip's offline dry run of the pins): a wheelhouse with none of
+    MXNet's wheels is one line naming a wheel it lacks and how to add it, exit 2, and no environment is left."""
+    empty = tmp_path / "wheels"
+    empty.mkdir()
+    proc = run_all(["--setup-only", "--device", "cpu", "--frameworks", "mxnet", "--wheelhouse", str(empty)],
+                   dict(NO_REGISTRY, DS2_ENVS_DIR=str(tmp_path / "envs")), tmp_path / "r")
+    one_error_line(proc, "--wheelhouse %s lacks " % empty, "--prepare-wheelhouse")
+    assert not (tmp_path / "envs").exists() or not [n for n in os.listdir(str(tmp_path / "envs"))
+                                                    if not n.endswith(".log")]
+
+
+@pytest.mark.full
 def test_a_prepared_wheelhouse_makes_an_environment_with_no_registry_and_a_missing_wheel_is_named(tmp_path):
-    """MXNet's CPU environment (the smallest) and the runner's: ``--prepare-wheelhouse`` here, then
-    ``--wheelhouse`` with no network; a copy without NumPy's wheel is refused in one line."""
+    """MXNet's CPU environment (the smallest) and the runner's: ``--prepare-wheelhouse`` here (from the registry:
+    about a minute, so in the full tier), then ``--wheelhouse`` with no network; a copy without NumPy's wheel is
+    refused in one line."""
     wheels = tmp_path / "wheels"
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "run_all.py"), "--prepare-wheelhouse", str(wheels),
                            "--frameworks", "mxnet", "--device", "cpu"], cwd=ROOT, stdout=subprocess.PIPE,

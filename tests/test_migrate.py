@@ -131,14 +131,17 @@ def run_sources(targets, opts):
     return recs
 
 
-@pytest.fixture
-def matrix(tmp_path, python_kernel):
+@pytest.fixture(scope="module")
+def matrix(tmp_path_factory):
     """Two fake frameworks: flavor a (canonical layouts) and one named pytorch with flavor b (transposed
-    matrices, two RNN biases, 1e-7 of rounding); their ordinary runs, then the 2 x 2 migration."""
-    a, b = fake("fake-a", "a"), fake("pytorch", "b")
-    opts = options(tmp_path / "results")
-    run_sources([a, b], opts)
-    recs = migrate.run_matrix([a, b], opts, announce=lambda *x: None)
+    matrices, two RNN biases, 1e-7 of rounding); their ordinary runs, then the 2 x 2 migration (made once for the
+    tests that read it: 6 notebook runs)."""
+    with pytest.MonkeyPatch.context() as mp:          # python_kernel's patch, for this fixture's runs
+        mp.setattr(framework_envs, "ensure", lambda *a, **k: "python3")
+        a, b = fake("fake-a", "a"), fake("pytorch", "b")
+        opts = options(tmp_path_factory.mktemp("matrix") / "results")
+        run_sources([a, b], opts)
+        recs = migrate.run_matrix([a, b], opts, announce=lambda *x: None)
     return opts, (a, b), {(r["source"], r["destination"]): r for r in recs}
 
 

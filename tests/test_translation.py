@@ -1,13 +1,13 @@
-"""The translations lifted out of each notebook (runner/rosetta/extract.py, ``python -m runner.rosetta --extract``).
-
-Each notebook's committed ``docs/translations/ds2_<name>.py`` must be current (what ``--extract`` writes now), import
+"""The translations lifted out of each notebook (runner/rosetta/extract.py, ``python -m runner.rosetta --extract``). Each
+notebook's committed ``docs/translations/ds2_<name>.py`` must be current (what ``--extract`` writes now), import
 nothing from ``common/``, and hold only definitions in its notebook cells: importing it runs nothing and prints
 nothing. Run as a script in its framework's environment (the kernel's interpreter under .venvs/; the Keras file once
-per backend, ``KERAS_BACKEND``) at the smoke width, on the canonical weights file that the session's smoke run of
-that row exported (its section 11: results/weights/<record>.npz, trained for one epoch), its ``__main__`` block
-builds the model, loads the file, takes one training step on its random batch and prints the loss: that loss --
-before the update, with training-mode BatchNorm -- must match the NumPy reference's (common/reference.py) from the
-same file on the same batch within the first-loss tolerance of the CPU tests (tests/conftest.py FIRST_LOSS_RTOL).
+per backend, ``KERAS_BACKEND``: torch in the default tier, jax and tensorflow too with ``--full``) at the smoke width,
+on the canonical weights file that the session's smoke run of that row exported (its section 11:
+results/weights/<record>.npz, trained for one epoch), its ``__main__`` block builds the model, loads the file, takes
+one training step on its random batch and prints the loss: that loss -- before the update, with training-mode
+BatchNorm -- must match the NumPy reference's (common/reference.py) from the same file on the same batch within the
+first-loss tolerance of the CPU tests (tests/conftest.py FIRST_LOSS_RTOL).
 """
 import ast
 import json
@@ -83,7 +83,13 @@ def reference_first_loss(weights):
     return reference.ds2_loss(load_state(weights, SMOKE_MODEL), features, labels, SMOKE_MODEL)
 
 
-@pytest.mark.parametrize("row", [r for r in TARGETS if r in sum(map(extract.targets_of, extract.rows()), [])])
+#: the rows whose translation runs in the full tier only: Keras's one file runs on the torch backend by default (the
+#: quickest); on jax and tensorflow it is the same code, about 10 s each
+FULL_TIER_ROWS = ("keras-jax", "keras-tensorflow")
+
+
+@pytest.mark.parametrize("row", [pytest.param(r, marks=pytest.mark.full) if r in FULL_TIER_ROWS else r
+                                 for r in TARGETS if r in sum(map(extract.targets_of, extract.rows()), [])])
 def test_translation_loads_an_export_and_takes_the_first_step_like_the_reference(row, tmp_path, smoke):
     if row not in selected_targets():
         pytest.skip("%s is not among DS2_TEST_FRAMEWORKS" % row)

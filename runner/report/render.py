@@ -32,7 +32,7 @@ from common.profile import CATEGORIES
 from common.results import atomic_write_text
 
 from runner import validate
-from runner.report import data_parallel
+from runner.report import data_parallel, learning
 from runner.base import ROOT
 from runner.report.checks import (CONTROL_COLUMN, agreement_rows, control_section, is_control, migration_section,
                                   onnx_section)
@@ -194,7 +194,8 @@ def render(results_dir: str, command: str, commit: Optional[str], output: str, w
         (warn or _warn)("%s is not a readable record (%s): %s leaves it out and lists it as unreadable"
                         % (path if rel.startswith("..") else rel, why, os.path.basename(output)))
     controls = [r for r in all_records if is_control(r)]        # the float64 control: no row anywhere
-    records = [r for r in all_records if not is_control(r)]
+    learning_records = [r for r in all_records if learning.is_learning(r)]   # the real task: its own section only
+    records = [r for r in all_records if not is_control(r) and not learning.is_learning(r)]
     plots_dir = os.path.join(results_dir, "plots")
     made = _make_plots(records, controls, plots_dir)
     rel = lambda p: os.path.relpath(p, os.path.dirname(os.path.abspath(output)))  # noqa: E731
@@ -209,7 +210,7 @@ def render(results_dir: str, command: str, commit: Optional[str], output: str, w
         + unreadable_lines(unreadable, records_dir, output) + _speed_lines(records, image, load_latency(results_dir)) \
         + _agreement_lines(records, controls, image) \
         + migration_section(results_dir, records, records_dir, controls) + onnx_section(records, results_dir, output) \
-        + data_parallel.report_section(records, md_table) + [
+        + data_parallel.report_section(records, md_table) + learning.section(learning_records, plots_dir, rel) + [
             "## Environments",
             "",
             md_table(environment_rows(all_records)),

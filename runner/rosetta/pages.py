@@ -58,6 +58,9 @@ STEPS = [
     ("profile", "12. Where the time goes", "One training step under the framework's own profiler, reduced to "
                                            "shares of convolutions, RNN, CTC, BatchNorm and the optimizer (after "
                                            "the export: its steps train the model further)."),
+    ("learn", "12b. Learning a real task", "A learn preset only: the same training step on spoken English from the "
+                                           "canonical weights, an inference-mode forward pass returning argmax ids "
+                                           "every K steps, to a target CER (common/learn.py)."),
     ("record", "13. Result record", "The JSON record for results.md."),
 ]
 
