@@ -18,8 +18,8 @@ The page is composed here; its parts live in
 - ``runner/report/checks.py``: agreement, the float64 control, the ONNX exit route, the migration matrix;
 - ``runner/report/plots.py``: the plots;
 - ``runner/report/provenance.py``: the environments and how the records were made;
-- ``runner/report/data_parallel.py``, ``gpu_facts.py``, ``latency.py``: the data-parallel section, the GPU facts
-  and the latency-aware roofline's figures.
+- ``runner/report/data_parallel.py``, ``learning.py``, ``gpu_facts.py``, ``latency.py``: the data-parallel section,
+  the real task's, the GPU facts and the latency-aware roofline's figures.
 
 Each caller imports a name from the module that defines it.
 """
