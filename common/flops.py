@@ -61,9 +61,11 @@ def matmul_shapes(config: DS2Config, batch_size: int, square: int,
 
 def measure_matmul_peak(make_matmul: Callable[[int, int, int], Callable[[], object]], sync: Callable[[object], object],
                         shapes: Dict[str, Tuple[int, int, int]], repeats: int = 5, min_time_s: float = 0.2,
-                        clock: Callable[[], float] = time.perf_counter) -> "OrderedDict":
+                        clock: Callable[[], float] = time.perf_counter, budget_s: float = 2.0) -> "OrderedDict":
     """FLOP/s of dense products of each shape: after one synchronised warm-up product, enough products
-    per measurement to last ``min_time_s``, synchronised, ``repeats`` measurements, the median."""
+    per measurement to last ``min_time_s``, synchronised, ``repeats`` measurements, the median.  A product so slow
+    that ``repeats`` measurements would take over ``budget_s`` (bf16 on a CPU without bf16 instructions: seconds
+    each) gets as many as fit, at least one; the entry's ``repeats`` says how many ran."""
     if repeats < 1:
         raise ValueError("repeats must be at least 1, got %r" % (repeats,))
     out = OrderedDict()
@@ -76,8 +78,9 @@ def measure_matmul_peak(make_matmul: Callable[[int, int, int], Callable[[], obje
         sync(run())
         once = max(clock() - start, 1e-9)
         iterations = max(1, int(math.ceil(min_time_s / once))) if once < min_time_s else 1
+        fit = max(1, min(repeats, int(budget_s // (once * iterations))))
         rates = []
-        for _ in range(repeats):
+        for _ in range(fit):
             start = clock()
             result = None
             for _ in range(iterations):
@@ -85,7 +88,7 @@ def measure_matmul_peak(make_matmul: Callable[[int, int, int], Callable[[], obje
             sync(result)
             rates.append(2.0 * m * k * n * iterations / max(clock() - start, 1e-12))
         out[name] = OrderedDict([("shape", [m, k, n]), ("flops_per_s", float(np.median(rates))),
-                                 ("iterations", iterations), ("repeats", repeats), ("warmup_s", first)])
+                                 ("iterations", iterations), ("repeats", fit), ("warmup_s", first)])
     return out
 
 

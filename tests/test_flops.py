@@ -84,6 +84,29 @@ def test_measure_matmul_peak_times_enough_products_and_takes_the_median():
         flops.measure_matmul_peak(make, synced.append, {}, repeats=0)
 
 
+def test_a_product_too_slow_for_the_budget_is_measured_fewer_times():
+    """bf16 products on a CPU without bf16 instructions take seconds each: as many measurements as fit in the
+    budget (at least one), and the entry says how many."""
+    clock = FakeClock()
+
+    def make(m, k, n):
+        def run():
+            clock.now += 0.9 if m == 1000 else 0.01
+            return "result"
+        return run
+
+    synced = []
+    peak = flops.measure_matmul_peak(make, synced.append, {"square": (1000, 1000, 1000), "small": (10, 10, 10)},
+                                     repeats=5, min_time_s=0.2, clock=clock, budget_s=2.0)
+    assert peak["square"]["iterations"] == 1 and peak["square"]["repeats"] == 2
+    assert peak["square"]["flops_per_s"] == pytest.approx(2e9 / 0.9)
+    assert peak["small"]["repeats"] == 5 and peak["small"]["iterations"] in (20, 21)   # 5 x 0.2 s fit: all 5
+    assert len(synced) == (2 + 2) + (2 + 5)            # warm-up and calibration, then each measurement
+    slower = flops.measure_matmul_peak(make, synced.append, {"square": (1000, 1000, 1000)}, repeats=5, clock=clock,
+                                       budget_s=0.5)
+    assert slower["square"]["repeats"] == 1
+
+
 def test_flops_section_efficiency():
     class Step:
         def __init__(self, seconds, batch_size, step_s):

@@ -179,3 +179,11 @@ def test_bf16_runs_on_a_cpu_and_passes_its_first_loss_check(smoke_bf16, target, 
     assert loss["reference"] == pytest.approx(first_reference_loss, rel=1e-12)
     assert rec["flops"]["peak_matmul"]["square"]["flops_per_s"] > 0
 
+
+def test_the_profiles_leave_nothing_in_the_temporary_directory(smoke):
+    """Section 12's profilers write their traces into a temporary directory (the smoke run's TMPDIR): each notebook
+    removes its own once read."""
+    temporary = os.path.join(smoke.results_dir, "tmp")
+    assert os.path.isdir(temporary), "the smoke run had no TMPDIR of its own"
+    left = sorted(n for n in os.listdir(temporary) if "profile" in n)
+    assert not left, "profile traces left behind: %s" % left

@@ -56,3 +56,23 @@ def test_kernel_library_path_is_the_kernels(tmp_path, monkeypatch):
 def test_dest_inside_the_repository_is_refused():
     with pytest.raises(SystemExit):
         check_gpu_envs.main(["--dest", os.path.join(ROOT, ".gpu-envs"), "--no-build"])
+
+
+# ---- tools/avx2_only.sh: the tier as on an AVX2-only CPU ------------------------------------------------------
+def test_avx2_only_hides_avx512_from_the_runner_and_caps_the_libraries():
+    """Under tools/avx2_only.sh the runner reads a CPU without AVX-512 (MXNet's bf16 row is skipped with its reason,
+    as on an AMD EPYC) and the libraries get their AVX2 caps; the real /proc/cpuinfo is untouched afterwards."""
+    import subprocess
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("tools/avx2_only.sh needs root and unshare for its mount namespace")
+    probe = ("import os; from common.envinfo import cpu_flags; from runner.targets import TARGETS; "
+             "print(sorted(f for f in cpu_flags() if f.startswith(('avx512', 'amx'))), "
+             "TARGETS['mxnet'].cpu_precision_reason('bf16') is not None, os.environ['XLA_FLAGS'], "
+             "os.environ['ONEDNN_MAX_CPU_ISA'])")
+    out = subprocess.run([os.path.join(ROOT, "tools", "avx2_only.sh"), sys.executable, "-c", probe], cwd=ROOT,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["[]", "True", "--xla_cpu_max_isa=AVX2", "AVX2"], out.stdout
+    refused = subprocess.run([os.path.join(ROOT, "tools", "avx2_only.sh")], stderr=subprocess.PIPE,
+                             universal_newlines=True)
+    assert refused.returncode == 2 and refused.stderr.startswith("usage: tools/avx2_only.sh")

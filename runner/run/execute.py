@@ -101,6 +101,8 @@ def record_stem(target: Target, opts: RunOptions) -> str:
     stem = "%s_%s_%s_bs%d" % (target.name, p.name, opts.precision, p.batch_size)
     if p.scale != get_preset(p.name).scale:
         stem += "_scale%d" % p.scale
+    if opts.seed:                       # seed 0 keeps the names it always had; another seed is another record
+        stem += "_seed%d" % opts.seed
     return stem + "_" + opts.device_slug
 
 
