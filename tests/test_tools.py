@@ -65,7 +65,7 @@ def test_avx2_only_hides_avx512_from_the_runner_and_caps_the_libraries():
     import subprocess
     if os.geteuid() != 0 or not shutil.which("unshare"):
         pytest.skip("tools/avx2_only.sh needs root and unshare for its mount namespace")
-    probe = ("import os; from common.envinfo import cpu_flags; from runner.targets import TARGETS; "
+    probe = ("import os; from common.envinfo import cpu_flags; from runner.run.targets import TARGETS; "
              "print(sorted(f for f in cpu_flags() if f.startswith(('avx512', 'amx'))), "
              "TARGETS['mxnet'].cpu_precision_reason('bf16') is not None, os.environ['XLA_FLAGS'], "
              "os.environ['ONEDNN_MAX_CPU_ISA'])")

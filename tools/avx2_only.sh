@@ -4,7 +4,7 @@
 #   sudo tools/avx2_only.sh python -m tests          # the default tier, as on an AVX2-only AMD EPYC
 #
 # What it changes, for the command and everything it starts:
-# - /proc/cpuinfo (what common/envinfo.py, runner/targets.py's precision checks and lscpu read): a copy without the
+# - /proc/cpuinfo (what common/envinfo.py, runner/run/targets.py's precision checks and lscpu read): a copy without the
 #   AVX-512, AMX and AVX-VNNI flags, vendor AuthenticAMD, model name "AMD EPYC (AVX2 only, emulated)", bind-mounted
 #   over the real one in a mount namespace of the command's own (so root is needed: unshare -m);
 # - what the libraries detect with CPUID themselves, capped at AVX2 by their own switches: XLA (JAX, TensorFlow's
