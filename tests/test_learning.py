@@ -208,3 +208,18 @@ def test_run_all_refuses_what_a_learn_preset_sets_itself(extra):
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
     assert "--preset learn-smoke sets its own batch size and corpus and trains in one process" in lines[0]
     assert "Running" not in proc.stdout
+
+
+def test_a_learn_presets_implicit_skip_reaches_only_notebooks_that_declare_it():
+    """run_all.py --preset learn skips the pure benchmark parts; papermill gets ``skip`` only where the notebook
+    has that parameter (TensorFlow's, MXNet's and CNTK's run every part: no "Passed unknown parameter")."""
+    from common.spec import SKIPPABLE, get_preset
+    from runner.run import execute
+    from runner.run.targets import TARGETS
+    from runner.validate import notebook_parameter_names
+    opts = execute.RunOptions(get_preset("learn-smoke"), "fp32", 0, "cpu", "/tmp/unused", skip=list(SKIPPABLE))
+    for name, target in TARGETS.items():
+        params = execute.notebook_parameters(target, opts, "/tmp/unused/r.json")
+        declares = "skip" in notebook_parameter_names(target.notebook_path)
+        assert ("skip" in params) == declares, name
+    assert not all("skip" in notebook_parameter_names(t.notebook_path) for t in TARGETS.values())   # not vacuous

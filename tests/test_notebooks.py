@@ -187,3 +187,15 @@ def test_the_profiles_leave_nothing_in_the_temporary_directory(smoke):
     assert os.path.isdir(temporary), "the smoke run had no TMPDIR of its own"
     left = sorted(n for n in os.listdir(temporary) if "profile" in n)
     assert not left, "profile traces left behind: %s" % left
+
+
+@pytest.mark.parametrize("path", sorted(os.path.join("notebooks", n) for n in os.listdir(os.path.join(ROOT, "notebooks"))
+                                        if n.endswith(".ipynb")))
+def test_every_notebook_is_valid_nbformat_without_outputs(path):
+    """nbformat's schema (a code cell needs its outputs and execution count: an exported notebook, a data-parallel
+    worker's script, is made from it) and the committed form: no outputs, no execution counts."""
+    import nbformat
+    nb = nbformat.read(os.path.join(ROOT, path), as_version=4)
+    nbformat.validate(nb)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(c.outputs == [] and c.execution_count is None for c in code), path

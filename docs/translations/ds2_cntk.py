@@ -227,9 +227,12 @@ labels = C.sequence.input_variable(cfg.n_classes, name="labels")              # 
 
 
 def minibatch(batch):
-    """A batch as the network's inputs: features (N, T, 161) and per-frame CTC labels (N, T/4, 29)."""
+    """A batch as the network's inputs: features (N, T, 161) and per-frame CTC labels (N, T/4, 29), each
+    utterance's labels cut to its label length."""
+    frames = cfg.output_length(batch.frames)
     return {features: batch.features,
-            labels: frame_labels(batch.labels, cfg.output_length(batch.frames), cfg.n_classes)}
+            labels: np.concatenate([frame_labels(row[None, :length], frames, cfg.n_classes)
+                                    for row, length in zip(batch.labels, batch.label_lengths)])}
 
 
 # %% CNTK_DS2.ipynb cell 13 (rosetta:model)
@@ -420,11 +423,13 @@ def make_train_step(model, loss, learner):
 
 if __name__ == "__main__":      # build, load the weights, one step on a random batch (2 utterances, 2 s, 10 labels)
     class Batch:
-        """A batch as common/data.py's iterator yields it: features (N, T, 161), labels (N, L) in 1..28."""
+        """A batch as common/data.py's iterator yields it: features (N, T, 161), labels (N, L) in 1..28, every
+        label's length L."""
 
         def __init__(self, features, labels):
             self.features, self.labels = features, labels
             self.batch_size, self.frames = features.shape[0], features.shape[1]
+            self.label_lengths = np.full(features.shape[0], labels.shape[1], np.int32)
 
     path = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("DS2_WEIGHTS")
     if path:

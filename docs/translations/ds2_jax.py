@@ -321,10 +321,12 @@ def load_canonical(model, state):
 
 # %% JAX_Flax_DS2.ipynb cell 23 (rosetta:loss)
 def ds2_loss(logits, labels):
-    """CTC summed over the batch, divided by the batch size (mean per utterance)."""
+    """CTC summed over the batch, divided by the batch size (mean per utterance). Labels past an utterance's length
+    are 0, the blank, which no label is (the real task's batches, section 12b): optax reads the lengths from the
+    paddings."""
     logits = logits.astype(jnp.float32)
     logit_paddings = jnp.zeros(logits.shape[:2])   # no padding: every utterance has T/4 steps
-    label_paddings = jnp.zeros(labels.shape)
+    label_paddings = (labels == cfg.blank).astype(jnp.float32)   # 1 past each label's length
     return optax.ctc_loss(logits, logit_paddings, labels, label_paddings, blank_id=cfg.blank).mean()
 
 
@@ -354,11 +356,13 @@ def make_train_step(model, optimizer):
 
 if __name__ == "__main__":      # build, load the weights, one step on a random batch (2 utterances, 2 s, 10 labels)
     class Batch:
-        """A batch as common/data.py's iterator yields it: features (N, T, 161), labels (N, L) in 1..28."""
+        """A batch as common/data.py's iterator yields it: features (N, T, 161), labels (N, L) in 1..28, every
+        label's length L."""
 
         def __init__(self, features, labels):
             self.features, self.labels = features, labels
             self.batch_size, self.frames = features.shape[0], features.shape[1]
+            self.label_lengths = np.full(features.shape[0], labels.shape[1], np.int32)
 
     path = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("DS2_WEIGHTS")
     if path:

@@ -270,12 +270,13 @@ def load_canonical(model, W):
 # %% Keras3_DS2.ipynb cell 17 (rosetta:loss)
 @keras.saving.register_keras_serializable(package="ds2")   # model.save records the compiled loss by this name
 class CTCLoss(keras.losses.Loss):
-    """CTC per utterance (blank 0); the Loss base class sums over the batch and divides by its size."""
+    """CTC per utterance (blank 0); the Loss base class sums over the batch and divides by its size. Labels past an
+    utterance's length are 0, the blank, which no label is (the real task's batches, section 12b)."""
 
     def call(self, labels, logits):
         labels = ops.cast(labels, "int32")                   # Loss.__call__ hands labels over as float32
         n, steps = ops.shape(logits)[0], ops.shape(logits)[1]
-        label_lengths = ops.full((n,), ops.shape(labels)[1], dtype="int32")
+        label_lengths = ops.sum(ops.cast(ops.not_equal(labels, cfg.blank), "int32"), axis=1)
         logit_lengths = ops.full((n,), steps, dtype="int32")   # no padding: every utterance has T/4 steps
         return ops.ctc_loss(labels, logits, label_lengths, logit_lengths, mask_index=cfg.blank)
 
@@ -301,11 +302,13 @@ def make_train_step(model):
 
 if __name__ == "__main__":      # build, load the weights, one step on a random batch (2 utterances, 2 s, 10 labels)
     class Batch:
-        """A batch as common/data.py's iterator yields it: features (N, T, 161), labels (N, L) in 1..28."""
+        """A batch as common/data.py's iterator yields it: features (N, T, 161), labels (N, L) in 1..28, every
+        label's length L."""
 
         def __init__(self, features, labels):
             self.features, self.labels = features, labels
             self.batch_size, self.frames = features.shape[0], features.shape[1]
+            self.label_lengths = np.full(features.shape[0], labels.shape[1], np.int32)
 
     path = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("DS2_WEIGHTS")
     if path:

@@ -199,9 +199,11 @@ def canonical_state(config: DS2Config, seed: int = 0) -> Dict[str, np.ndarray]:
 
 
 # %% MXNet_DS2.ipynb cell 10 (rosetta:data)
-def to_device(batch):
-    """Features and Gluon-numbered CTC labels (canonical k -> k - 1) as NDArrays on the device."""
-    return mx.nd.array(batch.features, ctx=ctx), mx.nd.array(batch.labels - 1, ctx=ctx)
+def to_device(batch, ctx=ctx):
+    """The features and the CTC targets as NDArrays on a device: (Gluon-numbered labels, canonical k -> k - 1, the
+    padding past each label length (0) becoming -1; the label lengths)."""
+    return mx.nd.array(batch.features, ctx=ctx), (mx.nd.array(batch.labels - 1, ctx=ctx),
+                                                  mx.nd.array(batch.label_lengths, ctx=ctx))
 
 
 # %% MXNet_DS2.ipynb cell 12 (rosetta:model)
@@ -308,10 +310,12 @@ def load_canonical(net, state):
 ctc = gluon.loss.CTCLoss(layout="TNC", label_layout="NT")
 
 
-def ds2_loss(logits, labels):
-    """CTC of each utterance (N,); the spec's loss is their mean (sum over the batch / batch size)."""
+def ds2_loss(logits, targets):
+    """CTC of each utterance (N,); the spec's loss is their mean (sum over the batch / batch size). targets:
+    (Gluon labels (N, L), label lengths (N,)), as to_device makes them."""
+    labels, label_lengths = targets
     blank_last = mx.nd.concat(logits[:, :, 1:], logits[:, :, :1], dim=2)   # classes 1..28, then blank 0
-    return ctc(blank_last, labels)
+    return ctc(blank_last, labels, None, label_lengths)                    # every logit length is T/4
 
 
 # %% MXNet_DS2.ipynb cell 21 (rosetta:optimizer)
@@ -324,9 +328,9 @@ def make_train_step(net, trainer):
     """train_step(batch): forward, CTC, backward and `trainer`'s update; returns the batch's mean loss (an NDArray),
     computed before the update."""
     def train_step(batch):
-        x, labels = to_device(batch)                      # host -> device copy, timed
+        x, targets = to_device(batch)                     # host -> device copy, timed
         with autograd.record():
-            losses = ds2_loss(net(x), labels)             # (N,)
+            losses = ds2_loss(net(x), targets)            # (N,)
         losses.backward()
         trainer.step(batch.batch_size)                    # gradient / N, then the SGD update (queued)
         return losses.mean()
@@ -335,11 +339,13 @@ def make_train_step(net, trainer):
 
 if __name__ == "__main__":      # build, load the weights, one step on a random batch (2 utterances, 2 s, 10 labels)
     class Batch:
-        """A batch as common/data.py's iterator yields it: features (N, T, 161), labels (N, L) in 1..28."""
+        """A batch as common/data.py's iterator yields it: features (N, T, 161), labels (N, L) in 1..28, every
+        label's length L."""
 
         def __init__(self, features, labels):
             self.features, self.labels = features, labels
             self.batch_size, self.frames = features.shape[0], features.shape[1]
+            self.label_lengths = np.full(features.shape[0], labels.shape[1], np.int32)
 
     path = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("DS2_WEIGHTS")
     if path:

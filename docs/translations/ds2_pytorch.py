@@ -206,10 +206,12 @@ def features_of(batch):
 
 
 def ctc_targets(batch):
-    """CTC targets in cuDNN's format: labels concatenated to 1-D int32 on the host, int32 lengths."""
-    targets = torch.tensor(batch.labels.reshape(-1))   # a copy: the batch is a read-only view (from_numpy warns)
-    target_lengths = torch.full((batch.batch_size,), batch.labels.shape[1], dtype=torch.int32)
-    return targets, target_lengths
+    """CTC targets in cuDNN's format: each utterance's labels (its first label_lengths[i] of the padded row)
+    concatenated to 1-D int32 on the host, int32 lengths."""
+    lengths = np.asarray(batch.label_lengths)           # synthetic batches: all the full width
+    kept = np.arange(batch.labels.shape[1]) < lengths[:, None]   # row by row: its first label_lengths[i]
+    targets = torch.tensor(batch.labels[kept])          # a copy (an empty share of W workers: an empty tensor)
+    return targets, torch.tensor(lengths, dtype=torch.int32)
 
 
 # %% PyTorch_DS2.ipynb cell 12 (rosetta:model)
@@ -367,11 +369,13 @@ def make_train_step(model, optimizer):
 
 if __name__ == "__main__":      # build, load the weights, one step on a random batch (2 utterances, 2 s, 10 labels)
     class Batch:
-        """A batch as common/data.py's iterator yields it: features (N, T, 161), labels (N, L) in 1..28."""
+        """A batch as common/data.py's iterator yields it: features (N, T, 161), labels (N, L) in 1..28, every
+        label's length L."""
 
         def __init__(self, features, labels):
             self.features, self.labels = features, labels
             self.batch_size, self.frames = features.shape[0], features.shape[1]
+            self.label_lengths = np.full(features.shape[0], labels.shape[1], np.int32)
 
     path = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("DS2_WEIGHTS")
     if path:

@@ -198,10 +198,11 @@ def canonical_state(config: DS2Config, seed: int = 0) -> Dict[str, np.ndarray]:
 
 # %% TensorFlow_DS2.ipynb cell 10 (rosetta:data)
 def ctc_labels(batch):
-    """CTC labels as a SparseTensor: indices (N * L, 2) int64, values int32, dense shape (N, L)."""
+    """CTC labels as a SparseTensor of each utterance's first label_lengths[i] labels (the synthetic batches: all L):
+    indices (sum of the lengths, 2) int64, values int32, dense shape (N, L)."""
     n, length = batch.labels.shape
-    indices = np.stack(np.unravel_index(np.arange(n * length), (n, length)), axis=1)
-    return tf.SparseTensor(indices, batch.labels.reshape(-1), dense_shape=(n, length))
+    kept = np.arange(length) < batch.label_lengths[:, None]   # (N, L): True up to each label's length
+    return tf.SparseTensor(np.argwhere(kept), batch.labels[kept], dense_shape=(n, length))
 
 
 features_spec = tf.TensorSpec([None, None, cfg.n_freq], tf.float32)   # (N, T, 161), any N and T
@@ -284,7 +285,7 @@ def ctc_per_utterance(logits, labels):
     if isinstance(labels, tf.SparseTensor):
         label_length = None                                    # lengths come with the SparseTensor
     else:
-        label_length = tf.fill([n], tf.shape(labels)[1])       # dense labels: every label has L symbols
+        label_length = tf.reduce_sum(tf.cast(labels != cfg.blank, tf.int32), axis=1)   # dense: 0-padded past each
     return tf.nn.ctc_loss(labels, logits, label_length=label_length,
                           logit_length=tf.fill([n], t),    # no padding: every utterance has T/4 steps
                           logits_time_major=False, blank_index=cfg.blank)
@@ -327,11 +328,13 @@ def make_train_step(model, optimizer, labels_spec=labels_spec, jit_compile=False
 
 if __name__ == "__main__":      # build, load the weights, one step on a random batch (2 utterances, 2 s, 10 labels)
     class Batch:
-        """A batch as common/data.py's iterator yields it: features (N, T, 161), labels (N, L) in 1..28."""
+        """A batch as common/data.py's iterator yields it: features (N, T, 161), labels (N, L) in 1..28, every
+        label's length L."""
 
         def __init__(self, features, labels):
             self.features, self.labels = features, labels
             self.batch_size, self.frames = features.shape[0], features.shape[1]
+            self.label_lengths = np.full(features.shape[0], labels.shape[1], np.int32)
 
     path = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("DS2_WEIGHTS")
     if path:

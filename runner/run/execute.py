@@ -20,7 +20,7 @@ from common.spec import Preset, get_preset
 
 from runner.envs import framework_envs
 from runner.envs import use_installed
-from runner import interrupt
+from runner import interrupt, validate
 from runner.envs import gpu_preflight
 from runner.base import ROOT, EnvError
 from runner.envs.definitions import ENVS
@@ -188,7 +188,12 @@ def notebook_parameters(target: Target, opts: RunOptions, result_path: str) -> d
     if getattr(opts, "init_weights", None):
         params["init_weights"] = opts.init_weights
     if getattr(opts, "skip", None):
-        params["skip"] = list(opts.skip)
+        # --skip is refused for a notebook without the parameter (runner/validate.py); a learn preset's implicit
+        # skip goes only where the notebook declares it (the others run every part, and their records say none
+        # was skipped)
+        names = validate.notebook_parameter_names(target.notebook_path)
+        if names is None or "skip" in names:
+            params["skip"] = list(opts.skip)
     return params
 
 
