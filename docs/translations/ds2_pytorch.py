@@ -210,7 +210,7 @@ def ctc_targets(batch):
     concatenated to 1-D int32 on the host, int32 lengths."""
     lengths = np.asarray(batch.label_lengths)           # synthetic batches: all the full width
     kept = np.arange(batch.labels.shape[1]) < lengths[:, None]   # row by row: its first label_lengths[i]
-    targets = torch.tensor(batch.labels[kept])          # a copy (an empty share of W workers: an empty tensor)
+    targets = torch.tensor(batch.labels[kept])          # a copy (a batch of no utterance: an empty tensor)
     return targets, torch.tensor(lengths, dtype=torch.int32)
 
 
