@@ -308,17 +308,11 @@ def smoke_run_in_two(tmp_path_factory, name, targets, *options):
                 + ["--timeout", "3600"] for h in halves + ([alone] if alone else [])]
     temporary = os.path.join(results_dir, "tmp")      # the runs' TMPDIR: what they leave there, tests can see
     os.makedirs(temporary)
-    before = os.environ.get("TMPDIR")
-    os.environ["TMPDIR"] = temporary
-    try:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TMPDIR", temporary)
         runs = RunAll.side_by_side(commands[:2], results_dir)
         if alone:                                    # then the rows that run alone
             runs.append(RunAll(commands[2], results_dir))
-    finally:
-        if before is None:
-            del os.environ["TMPDIR"]
-        else:
-            os.environ["TMPDIR"] = before
     out = RunAll([], results_dir, _run=False)
     out.returncode = max(r.returncode for r in runs)
     out.output = "\n".join(r.output for r in runs)

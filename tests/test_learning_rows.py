@@ -38,16 +38,10 @@ def _learn_runs(tmp_path_factory, name, preset, groups, timeout):
     T = 240 on the shared 2-core machine)."""
     corpus = _corpus_or_skip(preset)                 # built once, off the notebooks' clocks
     results_dir = tmp_path_factory.mktemp(name)
-    before = os.environ.get("OMP_NUM_THREADS")
-    os.environ["OMP_NUM_THREADS"] = "1"
-    try:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OMP_NUM_THREADS", "1")
         runs = RunAll.side_by_side([["--preset", preset, "--device", "cpu", "--frameworks", ",".join(g),
                                      "--timeout", str(timeout)] for g in groups if g], results_dir)
-    finally:
-        if before is None:
-            del os.environ["OMP_NUM_THREADS"]
-        else:
-            os.environ["OMP_NUM_THREADS"] = before
     out = RunAll([], results_dir, _run=False)
     out.output = "\n".join(r.output for r in runs)
     return corpus, out
