@@ -32,8 +32,9 @@ amplitudes scaled to [-1, 1), then normalised per utterance to mean 0 and standa
 frames (deepspeech.pytorch's normalisation), computed in float64 and stored as float16; batches are float32.
 
 **One length per batch, no masks.**  An utterance of ``S`` samples has ``F = ceil(S / 160)`` frames of its own;
-it is padded with digital silence to ``T = ceil(F / GRID) * GRID`` frames (:data:`GRID` = 40, a multiple of 4),
-so utterances of one grid length batch together, every batch has one ``T`` and every logit length is ``T / 4``.
+it is padded with digital silence to ``T = ceil(F / GRID) * GRID`` frames (:data:`GRID` = 40, a multiple of 4;
+a recipe may name a coarser grid: the tests' short corpus has 80), so utterances of one grid length batch
+together, every batch has one ``T`` and every logit length is ``T / 4``.
 
 **The feasibility rule.**  An utterance is kept only if its own frames give CTC room with a margin:
 ``F // 4 >= L + R + MARGIN``, where ``L`` is the transcript's length in symbols, ``R`` the number of adjacent
@@ -382,8 +383,12 @@ class _Draws:
         return items[self.integer(0, len(items) - 1)]
 
 
-def recipe(seed: int = 0, train: int = 3000, test_seen: int = 200, test_unseen: int = 200) -> "OrderedDict":
-    """Everything that determines a corpus (with the code's version and the engines'): its key names the cache."""
+def recipe(seed: int = 0, train: int = 3000, test_seen: int = 200, test_unseen: int = 200,
+           grid: int = GRID) -> "OrderedDict":
+    """Everything that determines a corpus (with the code's version and the engines'): its key names the cache.
+    ``grid``: the padding grid in frames (a multiple of 4; a coarser grid, fewer distinct batch shapes)."""
+    if isinstance(grid, bool) or not isinstance(grid, int) or grid < TIME_STRIDE or grid % TIME_STRIDE:
+        raise ValueError("grid must be a positive multiple of %d frames, got %r" % (TIME_STRIDE, grid))
     for name, v in (("seed", seed), ("train", train), ("test_seen", test_seen), ("test_unseen", test_unseen)):
         if isinstance(v, bool) or not isinstance(v, int) or v < (0 if name == "seed" else 1):
             raise ValueError("%s must be a %s integer, got %r" % (name, "non-negative" if name == "seed"
@@ -400,7 +405,7 @@ def recipe(seed: int = 0, train: int = 3000, test_seen: int = 200, test_unseen: 
         ("resampler_taps_sha256", TAPS_SHA256),
         ("features", "log1p |rfft| of 320-sample periodic Hann windows every 160 samples, 161 bins, per-utterance "
                      "mean 0 / std 1 over own frames, float16"),
-        ("grid_frames", GRID), ("margin", MARGIN), ("test_pool", TEST_POOL),
+        ("grid_frames", grid), ("margin", MARGIN), ("test_pool", TEST_POOL),
     ])
 
 
@@ -486,12 +491,13 @@ class _Progress:
 
 
 def _make(args):
-    text, speaker = args
+    text, speaker, grid = args
     pcm = synthesize(text, speaker)
     frames = own_frames(len(pcm))
     if not feasible(text, frames, MARGIN):
         return None, len(pcm), None
-    return features(pcm, grid_frames(frames)), len(pcm), hashlib.sha256(pcm.astype("<i2").tobytes()).hexdigest()
+    return (features(pcm, grid_frames(frames, grid)), len(pcm),
+            hashlib.sha256(pcm.astype("<i2").tobytes()).hexdigest())
 
 
 def build(rec: dict, directory: str, jobs: Optional[int] = None, progress: bool = True,
@@ -528,8 +534,9 @@ def build(rec: dict, directory: str, jobs: Optional[int] = None, progress: bool 
                             raise ValueError("%s: its %d clauses gave only %d feasible utterances of %d"
                                              % (split, len(stream), len(kept), need))
                         chunk = list(range(k, min(k + 4 * jobs, len(stream))))
-                        work = [(clauses[stream[c]], speaker_for(rec["seed"], split, c)) for c in chunk]
-                        for c, (text, speaker), (feats, samples, sha) in zip(chunk, work, pool.map(_make, work)):
+                        work = [(clauses[stream[c]], speaker_for(rec["seed"], split, c), rec["grid_frames"])
+                                for c in chunk]
+                        for c, (text, speaker, _), (feats, samples, sha) in zip(chunk, work, pool.map(_make, work)):
                             if len(kept) == need:
                                 break
                             if feats is None:
@@ -844,6 +851,33 @@ class CorpusIterator:
         return OrderedDict([("split", self.split), ("batch_size", self.batch_size), ("seed", self.seed),
                             ("shuffle", self.shuffle), ("batches", len(self)), ("utterances", len(self.utterances)),
                             ("distinct_shapes", len(self.shapes()))])
+
+
+def evaluation_batches(corpus: Corpus, splits: Sequence[str], batch_size: int) -> List[Tuple[Batch, list]]:
+    """The utterances of several splits batched together for an inference pass: grouped by padded length
+    (ascending; within a length, split order, then manifest order), at most ``batch_size`` per batch, labels as
+    wide as :func:`label_width` of the batch's ``T``.  A framework that compiles per shape compiles one program per
+    length (and per smaller last batch) however many splits there are.  Returns ``[(batch, members)]``, where
+    ``members`` are the batch's rows as (split, index in split); the batch's ``ids`` are its rows' positions."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError("batch_size must be a positive integer, got %r" % (batch_size,))
+    rows = sorted(((u.padded_frames, k, u.index, split) for k, split in enumerate(_check_split(s) for s in splits)
+                   for u in corpus.utterances(split)))
+    groups = OrderedDict()
+    for t, _, i, split in rows:
+        groups.setdefault(t, []).append((split, i))
+    out = []
+    for t, members in groups.items():
+        for a in range(0, len(members), batch_size):
+            part = members[a:a + batch_size]
+            feats = np.stack([corpus.features(s, i) for s, i in part]).astype(np.float32)
+            texts = [encode(corpus.utterances(s)[i].text) for s, i in part]
+            lengths = np.array([len(x) for x in texts], dtype=np.int32)
+            labels = np.zeros((len(part), label_width(t)), dtype=np.int32)
+            for row, x in enumerate(texts):
+                labels[row, :len(x)] = x
+            out.append((Batch(feats, labels, lengths, t, len(out), 0, list(range(a, a + len(part)))), part))
+    return out
 
 
 # ---- command line -----------------------------------------------------------------------------------------------------

@@ -30,7 +30,8 @@ and the record gets ``learning=learning`` (:func:`common.results.benchmark_recor
 **The schedule.**  Training batches come from :meth:`common.corpus.CorpusIterator.steps` over the ``train`` split
 (batch size of the preset, shuffled per epoch from the run's ``seed``): the same batches in the same order in every
 row.  Evaluation runs at step 0 (the canonical start) and every ``eval_every`` steps, on both test splits in full
-(batches of ``eval_batch_size``, one T per batch, fixed order), greedy-decoded by :mod:`common.decode`
+(batched together: :func:`common.corpus.evaluation_batches`, at most ``eval_batch_size`` per batch, one T per batch,
+fixed order; the CER is each split's own), greedy-decoded by :mod:`common.decode`
 (collapse repeats, drop the blank) and scored by the corpus CER.  The run stops after the first evaluation whose
 ``target_split`` CER is at or below ``target_cer`` (step 0's included), at ``max_steps`` (evaluated there too), or at the first
 non-finite loss.
@@ -74,7 +75,7 @@ def preset_of(preset) -> LearnPreset:
 def corpus_recipe(preset: LearnPreset) -> dict:
     """The corpus recipe of a learn preset (its seed and sizes)."""
     return corpus_mod.recipe(preset.corpus_seed, train=preset.train_utterances, test_seen=preset.test_utterances,
-                             test_unseen=preset.test_utterances)
+                             test_unseen=preset.test_utterances, grid=preset.grid_frames)
 
 
 def open_corpus(preset, root: Optional[str] = None, progress: bool = True) -> corpus_mod.Corpus:
@@ -129,29 +130,27 @@ class Learner:
         t0 = time.time()
         self.corpus = corpus if corpus is not None else open_corpus(self.preset, progress=progress)
         self.train = self.corpus.iterator("train", self.preset.batch_size, seed=seed, grid_labels=True)
-        self.eval_sets = OrderedDict()
-        for split in EVAL_SPLITS:
-            it = self.corpus.iterator(split, self.preset.eval_batch_size, seed=0, shuffle=False, grid_labels=True)
-            self.eval_sets[split] = (it, list(it.epoch(0)))
+        # both test splits in one set of batches (one T per batch): one inference shape per length, not per split
+        self.eval_batches = corpus_mod.evaluation_batches(self.corpus, EVAL_SPLITS, self.preset.eval_batch_size)
         self.prepare_s = time.time() - t0
         self._print("%s: corpus %s (%s), %d training utterances in %d batches of up to %d, evaluation on %s "
-                    "(%s utterances) every %d steps; stop at %s CER <= %g or after %d steps (ready in %.1f s)"
-                    % (self.preset.name, self.corpus.corpus_sha256[:12], self.corpus.directory,
-                       len(self.train.utterances), len(self.train), self.preset.batch_size, " and ".join(EVAL_SPLITS),
-                       " + ".join(str(len(it.utterances)) for it, _ in self.eval_sets.values()),
-                       self.preset.eval_every, self.preset.target_split, self.preset.target_cer,
-                       self.preset.max_steps, self.prepare_s))
+                    "(%s utterances, %d batches) every %d steps; stop at %s CER <= %g or after %d steps (ready in "
+                    "%.1f s)" % (self.preset.name, self.corpus.corpus_sha256[:12], self.corpus.directory,
+                                 len(self.train.utterances), len(self.train), self.preset.batch_size,
+                                 " and ".join(EVAL_SPLITS),
+                                 " + ".join(str(len(self.corpus.utterances(s))) for s in EVAL_SPLITS),
+                                 len(self.eval_batches), self.preset.eval_every, self.preset.target_split,
+                                 self.preset.target_cer, self.preset.max_steps, self.prepare_s))
 
     def shapes(self):
         """What a framework that compiles per shape compiles ahead: ``{"train": [batch, ...], "eval": [batch, ...]}``,
-        the first batch of every distinct (N, T) shape of the training split and of the evaluation splits (their
+        the first batch of every distinct (N, T) shape of the training split and of the evaluation batches (their
         labels have the width of their T)."""
         seen, evals = set(), []
-        for _, batches in self.eval_sets.values():
-            for b in batches:
-                if (b.batch_size, b.frames) not in seen:
-                    seen.add((b.batch_size, b.frames))
-                    evals.append(b)
+        for b, _ in self.eval_batches:
+            if (b.batch_size, b.frames) not in seen:
+                seen.add((b.batch_size, b.frames))
+                evals.append(b)
         return {"train": self.train.warmup_batches(0), "eval": evals}
 
     def _print(self, line: str) -> None:
@@ -164,17 +163,18 @@ class Learner:
     def evaluate(self, predict: Callable) -> "OrderedDict":
         """CER per evaluation split (and the decoded texts) of the model ``predict`` runs: {split: (cer, refs,
         hyps)}."""
+        refs, hyps = OrderedDict((s, []) for s in EVAL_SPLITS), OrderedDict((s, []) for s in EVAL_SPLITS)
+        for batch, members in self.eval_batches:
+            ids = ids_of(predict(batch))
+            if ids.shape[0] != batch.batch_size:
+                raise ValueError("predict returned %d rows for a batch of %d" % (ids.shape[0], batch.batch_size))
+            for (split, i), text in zip(members, decode_ids(ids)):
+                hyps[split].append(text)
+                refs[split].append(self.corpus.utterances(split)[i].text)
         out = OrderedDict()
-        for split, (it, batches) in self.eval_sets.items():
-            refs, hyps = [], []
-            for batch in batches:
-                ids = ids_of(predict(batch))
-                if ids.shape[0] != batch.batch_size:
-                    raise ValueError("predict returned %d rows for a batch of %d" % (ids.shape[0], batch.batch_size))
-                hyps += decode_ids(ids)
-                refs += it.texts(batch.ids)
-            errors, chars = cer_counts(refs, hyps)
-            out[split] = (errors / float(chars), refs, hyps)
+        for split in EVAL_SPLITS:
+            errors, chars = cer_counts(refs[split], hyps[split])
+            out[split] = (errors / float(chars), refs[split], hyps[split])
         return out
 
     def run(self, train_step: Callable, predict: Callable, to_float: Callable = float,

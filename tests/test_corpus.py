@@ -112,6 +112,44 @@ def test_shapes_on_the_grid_and_the_feasibility_rule(tiny):
             assert np.all(f[u.frames + 1:] == f[-1])                          # digital silence: one value
 
 
+def test_a_coarser_grid_pads_the_same_audio_to_fewer_lengths(tiny, tmp_path):
+    rec, a, _ = tiny
+    coarse = C.recipe(seed=3, train=6, test_seen=2, test_unseen=2, grid=120)
+    assert coarse["grid_frames"] == 120 and C.recipe_key(coarse) != C.recipe_key(rec)
+    b = C.open_or_build(coarse, str(tmp_path), progress=False)
+    for s in C.SPLITS:
+        for u, v in zip(a.utterances(s), b.utterances(s)):
+            assert (u.text, u.speaker, u.pcm_sha256, u.frames) == (v.text, v.speaker, v.pcm_sha256, v.frames)
+            assert v.padded_frames % 120 == 0 and v.frames <= v.padded_frames < v.frames + 120
+            assert v.padded_frames == C.grid_frames(u.frames, 120)
+            # the same features over the shorter padding, digital silence after it
+            np.testing.assert_array_equal(b.features(s, v.index)[:u.padded_frames], a.features(s, u.index))
+            assert np.all(b.features(s, v.index)[u.frames + 1:] == b.features(s, v.index)[-1])
+    for bad in (0, 42, -40, 40.0, True):
+        with pytest.raises(ValueError, match="grid must be a positive multiple of 4 frames"):
+            C.recipe(grid=bad)
+
+
+def test_evaluation_batches_hold_every_test_utterance_once_one_length_each(tiny):
+    _, a, _ = tiny
+    batches = C.evaluation_batches(a, ("test_seen", "test_unseen"), 3)
+    members = [m for _, ms in batches for m in ms]
+    assert sorted(members) == sorted((s, u.index) for s in ("test_seen", "test_unseen") for u in a.utterances(s))
+    for b, ms in batches:
+        assert 1 <= b.batch_size <= 3 and b.batch_size == len(ms) and b.labels.shape[1] == C.label_width(b.frames)
+        assert all(a.utterances(s)[i].padded_frames == b.frames for s, i in ms)
+        for row, (s, i) in enumerate(ms):
+            np.testing.assert_array_equal(b.features[row], a.features(s, i).astype(np.float32))
+            text = encode(a.utterances(s)[i].text)
+            assert b.label_lengths[row] == len(text) and list(b.labels[row, :len(text)]) == list(text)
+    assert [b.frames for b, _ in batches] == sorted(b.frames for b, _ in batches)
+    for s in ("test_seen", "test_unseen"):                 # each split in its own iterator's order
+        own = [i for b in a.iterator(s, 3, shuffle=False).epoch(0) for i in b.ids]
+        assert [i for _, ms in batches for t, i in ms if t == s] == own
+    with pytest.raises(ValueError, match="batch_size must be a positive integer"):
+        C.evaluation_batches(a, ("test_seen",), 0)
+
+
 def test_batches_have_one_length_and_labelled_lengths(tiny):
     _, a, _ = tiny
     it = a.iterator("train", batch_size=2)
