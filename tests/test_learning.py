@@ -47,7 +47,7 @@ def best_path(text, frames):
 
 def oracle(lr, good=lambda: True):
     """A predict that reads the references of the evaluation batches (each one object, loaded once)."""
-    texts = {id(b): it.texts(b.ids) for it, batches in lr.eval_sets.values() for b in batches}
+    texts = {id(b): [lr.corpus.utterances(s)[i].text for s, i in members] for b, members in lr.eval_batches}
 
     def predict(batch):
         if not good():
