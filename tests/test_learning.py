@@ -212,14 +212,17 @@ def test_run_all_refuses_what_a_learn_preset_sets_itself(extra):
 
 def test_a_learn_presets_implicit_skip_reaches_only_notebooks_that_declare_it():
     """run_all.py --preset learn skips the pure benchmark parts; papermill gets ``skip`` only where the notebook
-    has that parameter (TensorFlow's, MXNet's and CNTK's run every part: no "Passed unknown parameter")."""
+    has that parameter: every row's notebook declares it, and a notebook without it (the data-parallel fixture) runs
+    every part (no "Passed unknown parameter")."""
     from common.spec import SKIPPABLE, get_preset
     from runner.run import execute
-    from runner.run.targets import TARGETS
+    from runner.run.targets import TARGETS, Target
     from runner.validate import notebook_parameter_names
     opts = execute.RunOptions(get_preset("learn-smoke"), "fp32", 0, "cpu", "/tmp/unused", skip=list(SKIPPABLE))
     for name, target in TARGETS.items():
         params = execute.notebook_parameters(target, opts, "/tmp/unused/r.json")
-        declares = "skip" in notebook_parameter_names(target.notebook_path)
-        assert ("skip" in params) == declares, name
-    assert not all("skip" in notebook_parameter_names(t.notebook_path) for t in TARGETS.values())   # not vacuous
+        assert "skip" in notebook_parameter_names(target.notebook_path), name
+        assert params["skip"] == list(SKIPPABLE), name
+    fixture = Target("fixture", "Fixture (stdlib)", "../tests/fixtures/dp_fixture.ipynb", "pytorch")
+    assert "skip" not in notebook_parameter_names(fixture.notebook_path)
+    assert "skip" not in execute.notebook_parameters(fixture, opts, "/tmp/unused/r.json")

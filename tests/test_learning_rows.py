@@ -74,10 +74,9 @@ def test_a_short_run_learns(short, target):
     assert last["cer"]["test_seen"] <= first["cer"]["test_seen"] - 0.05       # it fell
     assert last["cer"]["test_seen"] <= p.target_cer and block["target"]["steps"] <= p.max_steps
     assert all(e["wall_s"] >= e["train_s"] + e["eval_s"] - 1e-3 for e in block["evaluations"])
-    from runner.run.targets import TARGETS
-    from runner.validate import notebook_parameter_names
-    if "skip" in notebook_parameter_names(TARGETS[target].notebook_path):     # MXNet's notebook runs every part
-        assert sorted(rec["options"].get("skipped") or []) == ["export", "forward", "onnx"]
+    # the learn preset's implicit --skip: no forward timing, no export file, no ONNX route, and the record says so
+    assert sorted(rec["options"]["skipped"]) == ["export", "forward", "onnx"]
+    assert rec["export"]["status"] == rec["onnx"]["status"] == "skipped" and rec["timing"]["forward_ms"] == {}
 
 
 def test_the_short_runs_saw_the_same_batches(short):

@@ -2,7 +2,9 @@
 
 Without a framework: what the parameters cells declare, that papermill can parse them, that the
 notebooks' variants are the runner's, and that an unknown variant is refused in one line before any
-framework loads.  With the MXNet environment (DS2_TEST_FRAMEWORKS selects ``mxnet``): the variant
+framework loads; the ``skip`` parameter as the PyTorch notebook declares it, a bad one refused before any
+framework loads, and sections 10, 11 and 11b run with each ``skip`` (tests/notebook_cells.py): a skipped part
+touches nothing and says so.  With ``--full``, a smoke run of both rows with every part skipped.  With the MXNet environment (DS2_TEST_FRAMEWORKS selects ``mxnet``): the variant
 ``mxnet+static`` trains exactly like the row of record, and bf16 runs on a CPU."""
 import ast
 import json
@@ -13,7 +15,9 @@ import pytest
 
 from common.spec import LOSS_RTOL
 from runner.run import targets
-from tests.conftest import FIRST_LOSS_RTOL, K_STEPS, ROOT, selected_targets, variant_rtol
+from tests.conftest import FIRST_LOSS_RTOL, K_STEPS, ROOT, ok_record, selected_targets, smoke_run, variant_rtol
+from tests.notebook_cells import (BAD_SKIPS, EVERY_PART, SKIPS, assert_declared_as_in_pytorch, assert_every_part_skipped,
+                                  assert_skipped_parts, run_cell, settings_names)
 
 NOTEBOOKS = {"mxnet": "MXNet_DS2.ipynb", "cntk": "CNTK_DS2.ipynb"}
 SELECTED = selected_targets()
@@ -129,3 +133,43 @@ def test_mxnet_bf16_runs_on_a_cpu(mxnet_runs):
     loss = rec["checks"]["loss"]
     assert loss["ok"] and loss["rtol"] == LOSS_RTOL["bf16"] and loss["precision"] == "bf16"
     assert rec["options"]["amp"].startswith("bfloat16")
+
+
+# ---- the skip parameter: the PyTorch notebook's, in each notebook's own sections 10, 11 and 11b ---------------------
+@pytest.mark.parametrize("name", sorted(NOTEBOOKS))
+def test_skip_is_declared_checked_and_recorded_as_in_the_pytorch_notebook(name):
+    assert parameters(name)["skip"] == []
+    assert_declared_as_in_pytorch(NOTEBOOKS[name])
+
+
+@pytest.mark.parametrize("name", sorted(NOTEBOOKS))
+@pytest.mark.parametrize("skip, words", BAD_SKIPS)
+def test_a_bad_skip_is_refused_in_one_line_before_the_framework_loads(name, skip, words):
+    given = dict(parameters(name), **settings_names(), skip=skip)
+    with pytest.raises(ValueError) as err:               # not Touched: nothing of the framework is reached
+        run_cell(NOTEBOOKS[name], "rosetta:settings", whole=True, **given)
+    assert "\n" not in str(err.value) and words in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("name", sorted(NOTEBOOKS))
+@pytest.mark.parametrize("skip", SKIPS, ids=",".join)
+def test_a_skipped_part_touches_nothing_and_says_so(name, skip):
+    """Sections 10, 11 and 11b run in this interpreter, without the framework (tests/notebook_cells.py)."""
+    assert_skipped_parts(NOTEBOOKS[name], skip)
+
+
+@pytest.fixture(scope="module")
+def skipped_run(tmp_path_factory):
+    """Both rows on smoke with every part skipped, in one run_all.py."""
+    rows = [name for name in sorted(NOTEBOOKS) if name in SELECTED]
+    if not rows:
+        pytest.skip("neither mxnet nor cntk is selected (DS2_TEST_FRAMEWORKS)")
+    return smoke_run(tmp_path_factory, "skip_mxnet_cntk", rows, "--skip", ",".join(EVERY_PART))
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("name", sorted(NOTEBOOKS))
+def test_a_run_with_every_part_skipped_trains_checks_and_records_it(skipped_run, name):
+    if name not in SELECTED:
+        pytest.skip("%s is not selected (DS2_TEST_FRAMEWORKS)" % name)
+    assert_every_part_skipped(skipped_run, ok_record(skipped_run, name))
