@@ -332,22 +332,119 @@ def smoke(tmp_path_factory):
     return smoke_run_in_two(tmp_path_factory, "smoke", names, "--profile")
 
 
+# ---- the runs made in two lanes: the learning short run, the float64 control, the bf16 run -------------------
+#: the learning short run's rows (tests/test_learning_rows.py): an eager row and an XLA row in the default tier,
+#: MXNet too with --full
+LEARN_SHORT_ROWS = ("pytorch", "jax", "mxnet")
+LEARN_SHORT_FULL_ONLY = ("mxnet",)
+#: rows whose short run is mostly XLA compiling on one core: each gets a lane of its own
+LEARN_XLA_ROWS = ("jax",)
+
+
+def learn_short_rows():
+    return [t for t in LEARN_SHORT_ROWS if t in selected_targets() and (full_tier() or t not in LEARN_SHORT_FULL_ONLY)]
+
+
+def _fixtures_in_use(session):
+    used = set()
+    for item in session.items:
+        used.update(getattr(item, "fixturenames", ()))
+    return used
+
+
 @pytest.fixture(scope="session")
-def smoke_fp64(tmp_path_factory):
+def lane_runs(request, tmp_path_factory):
+    """The learning short run (``short``), the float64 control (``smoke_fp64``) and the bf16 runs (``smoke_bf16``;
+    ``pytorch_bf16``, tests/test_rnn_dtype.py's in the default tier),
+    made together the first time a test asks for one of them, and only those the selected tests use.  Each is
+    one or more run_all.py into its own results directory; they run in two lanes side by side, one OpenMP thread
+    per process (PyTorch's two threads beside a busy process stall at every parallel region): an XLA row's
+    learning run (compilations on one core, then its steps) in a lane of its own, everything else one after another
+    in the other.  Returns ``{name: RunAll or a skip reason}``."""
+    used = _fixtures_in_use(request.session)
+    jobs, out = [], {}                 # (name, results dir, run_all.py args, the learning row)
+    if "short" in used:
+        rows = learn_short_rows()
+        if not rows:
+            out["short"] = "none of %s is selected (DS2_TEST_FRAMEWORKS)" % ", ".join(LEARN_SHORT_ROWS)
+        else:
+            from common import corpus as C
+            from common import learn
+            try:
+                C.check_engines()
+                learn.open_corpus("learn-smoke", progress=False)     # built once, off the notebooks' clocks
+            except C.EngineError as e:
+                out["short"] = "the corpus engines are missing (.ci/run installs them): %s" % e
+            else:
+                d = tmp_path_factory.mktemp("learn_smoke")
+                jobs += [("short", d, ["--preset", "learn-smoke", "--device", "cpu", "--frameworks", t,
+                                       "--timeout", "900"], t) for t in rows]
+    if "smoke_fp64" in used:
+        if "pytorch" not in selected_targets():
+            out["smoke_fp64"] = "the pytorch target is not selected"
+        else:
+            jobs.append(("smoke_fp64", tmp_path_factory.mktemp("smoke_fp64"),
+                         ["--preset", "smoke", "--device", "cpu", "--frameworks", "pytorch", "--precision", "fp64",
+                          "--timeout", "3600"], None))
+    if "bf16" in used and not full_tier():         # tests/test_rnn_dtype.py's: PyTorch alone, its training only
+        if "pytorch" not in selected_targets():
+            out["pytorch_bf16"] = "the pytorch target is not selected"
+        else:
+            jobs.append(("pytorch_bf16", tmp_path_factory.mktemp("rnn_dtype_bf16"),
+                         ["--preset", "smoke", "--device", "cpu", "--frameworks", "pytorch", "--precision", "bf16",
+                          "--skip", "forward,onnx", "--timeout", "3600"], None))
+    if "smoke_bf16" in used:
+        names = bf16_cpu_targets()
+        if not names:
+            out["smoke_bf16"] = "no selected target runs bf16 on a CPU"
+        else:
+            jobs.append(("smoke_bf16", tmp_path_factory.mktemp("smoke_bf16"),
+                         ["--preset", "smoke", "--device", "cpu", "--frameworks", ",".join(names), "--precision",
+                          "bf16", "--timeout", "3600"], None))
+    xla = [j for j in jobs if j[3] in LEARN_XLA_ROWS]
+    rest = [j for j in jobs if j not in xla]
+    lanes = [xla, rest] if xla else [rest[:1], rest[1:]]
+    import threading
+    done = {}
+
+    def lane(js):
+        for name, d, args, _ in js:
+            done.setdefault(name, []).append(RunAll(args, d))
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OMP_NUM_THREADS", "1")
+        threads = [threading.Thread(target=lane, args=(js,)) for js in lanes if js]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    for name, runs in done.items():
+        merged = RunAll([], runs[0].results_dir, _run=False)
+        merged.output = "\n".join(r.output for r in runs)
+        merged.returncode = max(r.returncode for r in runs)
+        out[name] = merged
+    return out
+
+
+def lane_run(lane_runs, name):
+    """``lane_runs``' run ``name``, or the test skipped with the reason it was not made."""
+    run = lane_runs.get(name)
+    if run is None or isinstance(run, str):
+        pytest.skip(run or "%s was not made" % name)
+    return run
+
+
+@pytest.fixture(scope="session")
+def smoke_fp64(lane_runs):
     """The float64 control: PyTorch in float64 on the smoke preset (a reference mode, not a row)."""
-    if "pytorch" not in selected_targets():
-        pytest.skip("the pytorch target is not selected")
-    return smoke_run(tmp_path_factory, "smoke_fp64", ["pytorch"], "--precision", "fp64")
+    return lane_run(lane_runs, "smoke_fp64")
 
 
 @pytest.fixture(scope="session")
-def smoke_bf16(tmp_path_factory):
+def smoke_bf16(lane_runs):
     """The selected rows of record that have a CPU bfloat16 path, in bf16 (the mixed-precision code of every
     notebook runs in CI although no GPU is here)."""
-    names = bf16_cpu_targets()
-    if not names:
-        pytest.skip("no selected target runs bf16 on a CPU")
-    return smoke_run(tmp_path_factory, "smoke_bf16", names, "--precision", "bf16")
+    return lane_run(lane_runs, "smoke_bf16")
 
 
 @pytest.fixture

@@ -14,9 +14,9 @@ dist_sync): no process of the run (every one carries the test's marker variable)
 run_all.py exits; every record in the results directory is whole JSON and no ``*.partial`` file is left;
 where run_all.py survives the signal long enough (a single signal), the target's record is failed with the
 signal's reason and results.md is regenerated; after a SIGKILL, what the run left in ``.staging/`` is what
-the next run removes.  The default tier runs JAX and torchrun with the double signal and JAX with SIGKILL;
-``--full`` runs the whole matrix.  Set ``DS2_FAULT_TABLE=FILE`` to get a line per case (launcher, sequence,
-processes left, seconds to clean) appended to FILE."""
+the next run removes.  The default tier runs JAX with the double signal and with SIGKILL (torchrun's Ctrl-C:
+tests/test_distributed.py); ``--full`` runs the whole matrix.  Set ``DS2_FAULT_TABLE=FILE`` to get a line per case
+(launcher, sequence, processes left, seconds to clean) appended to FILE."""
 import glob
 import json
 import os
@@ -41,7 +41,7 @@ SEQUENCES = {"SIGINT": [(0, signal.SIGINT, "group")],
              "SIGTERM": [(0, signal.SIGTERM, "group")],
              "SIGINT then SIGTERM": [(0, signal.SIGINT, "group"), (1.0, signal.SIGTERM, "group")],
              "SIGKILL": [(0, signal.SIGKILL, "runner")]}
-DEFAULT_TIER = {("jax", "SIGINT then SIGTERM"), ("torchrun", "SIGINT then SIGTERM"), ("jax", "SIGKILL")}
+DEFAULT_TIER = {("jax", "SIGINT then SIGTERM"), ("jax", "SIGKILL")}
 STARTUP_S = 600      # environment check, the workers' imports, engine start and the first-loss check
 LEFT_S = 10          # the bound: no process of the run 10 s after run_all.py exits
 EXIT_S = 60          # run_all.py's own exit after the last signal (its clean-up waits 5 s at most per step)

@@ -17,11 +17,9 @@ from common import corpus as C
 from common import learn
 from common.spec import get_learn_preset
 
-from .conftest import RunAll, ok_record, selected_targets
-
-#: the short run's rows: PyTorch and JAX (an XLA-based row) in the default tier, MXNet with --full
-SHORT_ROWS = ("pytorch", "jax", "mxnet")
-FULL_ONLY = ("mxnet",)
+from .conftest import LEARN_SHORT_FULL_ONLY as FULL_ONLY
+from .conftest import LEARN_SHORT_ROWS as SHORT_ROWS
+from .conftest import RunAll, lane_run, ok_record, selected_targets
 
 
 def _corpus_or_skip(preset):
@@ -48,12 +46,11 @@ def _learn_runs(tmp_path_factory, name, preset, groups, timeout):
 
 
 @pytest.fixture(scope="module")
-def short(tmp_path_factory):
-    from tests.conftest import full_tier
-    rows = [t for t in SHORT_ROWS if t in selected_targets() and (full_tier() or t not in FULL_ONLY)]
-    if not rows:
-        pytest.skip("none of %s is selected (DS2_TEST_FRAMEWORKS)" % ", ".join(SHORT_ROWS))
-    return _learn_runs(tmp_path_factory, "learn_smoke", "learn-smoke", [[t] for t in rows], 900)
+def short(lane_runs):
+    """The short runs (tests/conftest.py's ``lane_runs``: the XLA row in a lane of its own, PyTorch beside it, then
+    the float64 control and the bf16 run in PyTorch's lane) and their corpus."""
+    out = lane_run(lane_runs, "short")
+    return learn.open_corpus("learn-smoke", progress=False), out
 
 
 @pytest.mark.parametrize("target", [pytest.param(t, marks=pytest.mark.full) if t in FULL_ONLY else t

@@ -15,7 +15,7 @@ import subprocess
 
 import pytest
 
-from tests.conftest import ROOT, env_interpreter, full_targets, full_tier, selected_targets, smoke_run
+from tests.conftest import ROOT, env_interpreter, full_targets, full_tier, lane_run, selected_targets
 
 pytestmark = pytest.mark.skipif("pytorch" not in selected_targets(),
                                 reason="pytorch is not among DS2_TEST_FRAMEWORKS")
@@ -24,13 +24,14 @@ NOTEBOOK = "notebooks/PyTorch_DS2.ipynb"
 
 
 @pytest.fixture(scope="module")
-def bf16(request, tmp_path_factory):
+def bf16(request, lane_runs):
     """The pytorch row in bf16: in the full tier the session's bf16 run (every row with a CPU bf16 path), else a
     run of this row alone, its training only (a CPU without bf16 instructions, such as an AVX2-only AMD EPYC, takes
-    minutes over the forward-only timing in bf16)."""
+    minutes over the forward-only timing in bf16), made in tests/conftest.py's lanes beside the learning short
+    run."""
     if full_tier():
         return request.getfixturevalue("smoke_bf16")
-    return smoke_run(tmp_path_factory, "rnn_dtype_bf16", ["pytorch"], "--precision", "bf16", "--skip", "forward,onnx")
+    return lane_run(lane_runs, "pytorch_bf16")          # made beside the learning short run (tests/conftest.py)
 
 
 def ok_record(run, target, precision):
