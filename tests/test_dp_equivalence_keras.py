@@ -8,7 +8,8 @@
   canonical ``.npz`` loaded back with ``init_weights`` passes section 6's check from the loaded state; a broken
   file stops the notebook at section 5 with one ``WeightsError`` line.
 * keras-torch and keras-tensorflow with ``--workers 2``: a failed row whose one-line reason says why the
-  notebook does not offer it and what to use instead (fast: the notebook stops in section 2, before Keras).
+  notebook does not offer it and what to use instead (the notebook stops in section 2, before Keras; the whole run
+  with ``--full``, the settings cell alone in tests/test_notebook_refusals.py).
 
 ``DS2_TEST_FRAMEWORKS`` selects the targets (tests/conftest.py); a target not selected is not run.
 """
@@ -163,6 +164,9 @@ def test_keras_jax_preset_batches_the_dp_test_relies_on():
     assert stats["uneven_batches"] == 2 and 0 < stats["uneven_batches"] < stats["batches"]
 
 
+# the runner's path: a whole run for a failed record; the default tier runs the settings cell alone (tests/
+# test_notebook_refusals.py::test_keras_on_torch_and_tensorflow_refuses_two_workers_in_one_line_before_keras_loads)
+@pytest.mark.full
 @pytest.mark.parametrize("target, instead", [("keras-torch", "PyTorch notebook (DDP"),
                                              ("keras-tensorflow", "TensorFlow notebook (MultiWorkerMirroredStrategy")])
 def test_keras_on_torch_and_tensorflow_refuse_workers_with_one_line(tmp_path, target, instead):

@@ -6,7 +6,8 @@ export (section 11) with every check passing.
 
 ``tensorflow`` runs twice into one temporary results directory: ``--batch-size 8`` (one worker) and then
 ``--workers 2 --batch-size 4`` (2 x 4; the smoke preset's batches of one utterance are replicated, not split).
-The ``xla`` variant refuses ``workers > 1`` with one line.  Skipped when the TensorFlow environment is not
+The ``xla`` variant refuses ``workers > 1`` with one line (the whole run with ``--full``; the settings cell alone
+in tests/test_notebook_refusals.py).  Skipped when the TensorFlow environment is not
 selected (``DS2_TEST_FRAMEWORKS``)."""
 import os
 
@@ -69,6 +70,9 @@ def test_two_workers_equal_one_worker_with_the_global_batch(tmp_path, smoke):
     _export_ok(rec, tmp_path)
 
 
+# the runner's path: a whole run for a failed record; the default tier runs the settings cell alone
+# (tests/test_notebook_refusals.py::test_tensorflow_xla_refuses_two_workers_in_one_line_before_tensorflow_loads)
+@pytest.mark.full
 def test_xla_variant_refuses_workers(tmp_path):
     run = run_all(["--preset", "smoke", "--frameworks", "tensorflow+xla", "--workers", "2", "--batch-size", "4",
                    "--timeout", "600"], tmp_path)
