@@ -184,6 +184,23 @@ class RunAll:
         return outcomes
 
     @classmethod
+    def in_lanes(cls, lanes):
+        """Lanes side by side, each a list of ``(args, results_dir)`` run one after another: their outcomes, lane by
+        lane, in the order given."""
+        import threading
+        outcomes = [[] for _ in lanes]
+
+        def run(lane, out):
+            for args, results_dir in lane:
+                out.append(cls(args, results_dir))
+        threads = [threading.Thread(target=run, args=(lane, out)) for lane, out in zip(lanes, outcomes) if lane]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return outcomes
+
+    @classmethod
     def reuse(cls, run, target, results_dir, precision="fp32"):
         """``run``'s record of ``target`` (e.g. the session's smoke run: batch 8, one worker) copied into
         ``results_dir``, as the outcome of a run there: the single-worker reference a data-parallel test
@@ -404,20 +421,13 @@ def lane_runs(request, tmp_path_factory):
     xla = [j for j in jobs if j[3] in LEARN_XLA_ROWS]
     rest = [j for j in jobs if j not in xla]
     lanes = [xla, rest] if xla else [rest[:1], rest[1:]]
-    import threading
-    done = {}
-
-    def lane(js):
-        for name, d, args, _ in js:
-            done.setdefault(name, []).append(RunAll(args, d))
-
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("OMP_NUM_THREADS", "1")
-        threads = [threading.Thread(target=lane, args=(js,)) for js in lanes if js]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        outcomes = RunAll.in_lanes([[(args, d) for _, d, args, _ in lane] for lane in lanes])
+    done = {}
+    for lane, runs in zip(lanes, outcomes):
+        for (name, _, _, _), run in zip(lane, runs):
+            done.setdefault(name, []).append(run)
     for name, runs in done.items():
         merged = RunAll([], runs[0].results_dir, _run=False)
         merged.output = "\n".join(r.output for r in runs)
