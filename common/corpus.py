@@ -720,6 +720,20 @@ class Batch(namedtuple("Batch", ["features", "labels", "label_lengths", "frames"
         return self.frames // TIME_STRIDE
 
 
+def _batch(features: Sequence[np.ndarray], labels: Sequence[Sequence[int]], frames: int, width: int, index: int,
+           epoch: int, ids: Sequence[int]) -> Batch:
+    """A :class:`Batch` of utterances of ``frames`` padded frames: their features as float32, their encoded labels
+    padded with 0 (the blank) to ``width`` (ValueError for one past it), their label lengths."""
+    lengths = np.array([len(x) for x in labels], dtype=np.int32)
+    if lengths.max() > width:
+        raise ValueError("a label of %d symbols in a batch of %d frames: the feasibility rule allows at most %d"
+                         % (lengths.max(), frames, width))
+    padded = np.zeros((len(labels), width), dtype=np.int32)
+    for row, x in enumerate(labels):
+        padded[row, :len(x)] = x
+    return Batch(np.stack(features).astype(np.float32), padded, lengths, frames, index, epoch, list(ids))
+
+
 def label_width(frames: int, margin: int = MARGIN) -> int:
     """The most symbols an utterance padded to ``frames`` frames can have under the feasibility rule
     (``F // 4 >= L + R + margin`` with ``F <= frames``): ``frames // 4 - margin``."""
@@ -788,16 +802,9 @@ class CorpusIterator:
         t = us[0].padded_frames
         if any(u.padded_frames != t for u in us):
             raise ValueError("utterances of different padded lengths cannot share a batch")
-        feats = np.stack([self.corpus.features(self.split, i) for i in ids]).astype(np.float32)
-        lengths = np.array([len(self._labels[i]) for i in ids], dtype=np.int32)
-        width = label_width(t) if self.grid_labels else int(lengths.max())
-        if lengths.max() > width:
-            raise ValueError("a label of %d symbols in a batch of %d frames: the feasibility rule allows at most %d"
-                             % (lengths.max(), t, width))
-        labels = np.zeros((len(ids), width), dtype=np.int32)
-        for row, i in enumerate(ids):
-            labels[row, :lengths[row]] = self._labels[i]
-        return Batch(feats, labels, lengths, t, index, epoch, list(ids))
+        labels = [self._labels[i] for i in ids]
+        width = label_width(t) if self.grid_labels else max(len(x) for x in labels)
+        return _batch([self.corpus.features(self.split, i) for i in ids], labels, t, width, index, epoch, ids)
 
     def epoch(self, epoch: int = 0) -> Iterator[Batch]:
         """One pass; :attr:`checksum` describes it once it completes."""
@@ -870,13 +877,9 @@ def evaluation_batches(corpus: Corpus, splits: Sequence[str], batch_size: int) -
     for t, members in groups.items():
         for a in range(0, len(members), batch_size):
             part = members[a:a + batch_size]
-            feats = np.stack([corpus.features(s, i) for s, i in part]).astype(np.float32)
-            texts = [encode(corpus.utterances(s)[i].text) for s, i in part]
-            lengths = np.array([len(x) for x in texts], dtype=np.int32)
-            labels = np.zeros((len(part), label_width(t)), dtype=np.int32)
-            for row, x in enumerate(texts):
-                labels[row, :len(x)] = x
-            out.append((Batch(feats, labels, lengths, t, len(out), 0, list(range(a, a + len(part)))), part))
+            out.append((_batch([corpus.features(s, i) for s, i in part],
+                               [encode(corpus.utterances(s)[i].text) for s, i in part], t, label_width(t), len(out),
+                               0, range(a, a + len(part))), part))
     return out
 
 

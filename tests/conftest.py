@@ -172,16 +172,7 @@ class RunAll:
     def side_by_side(cls, arg_lists, results_dir):
         """Several run_all.py at once into ``results_dir``, one per ``args`` of ``arg_lists``: their outcomes, in
         the order given (each loaded when it ends)."""
-        procs = [subprocess.Popen(cls.command(args, results_dir), cwd=ROOT, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, universal_newlines=True) for args in arg_lists]
-        outcomes = []
-        for proc in procs:
-            output = proc.communicate()[0]
-            out = cls([], results_dir, _run=False)
-            out.output, out.returncode = output, proc.returncode
-            print(out.output)  # shown by pytest when a test fails
-            outcomes.append(out)
-        return outcomes
+        return [lane[0] for lane in cls.in_lanes([[(args, results_dir)] for args in arg_lists])]
 
     @classmethod
     def in_lanes(cls, lanes):
@@ -295,10 +286,26 @@ def bf16_cpu_targets():
     return [n for n in selected_targets() if n in TARGETS and TARGETS[n].cpu_precision_reason("bf16") is None]
 
 
+def smoke_args(targets, *options):
+    """run_all.py's arguments for ``targets`` on the smoke preset on the CPU, with ``options``."""
+    return ["--preset", "smoke", "--device", "cpu", "--frameworks", ",".join(targets)] + list(options) + [
+        "--timeout", "3600"]
+
+
 def smoke_run(tmp_path_factory, name, targets, *options):
     """One run_all.py of ``targets`` on the smoke preset on the CPU, with ``options``, in a new directory."""
-    return run_all(["--preset", "smoke", "--device", "cpu", "--frameworks", ",".join(targets)] + list(options)
-                   + ["--timeout", "3600"], tmp_path_factory.mktemp(name))
+    return run_all(smoke_args(targets, *options), tmp_path_factory.mktemp(name))
+
+
+def learn_corpus(preset):
+    """A learn preset's corpus, built on first use: (corpus, None), or (None, why not) where the engines are missing."""
+    from common import corpus as C
+    from common import learn
+    try:
+        C.check_engines()
+    except C.EngineError as e:
+        return None, "the corpus engines are missing (.ci/run installs them): %s" % e
+    return learn.open_corpus(preset, progress=False), None
 
 
 #: the shared smoke run's rows in two halves of about equal time on 2 cores (XLA-compiling rows apart) ...
@@ -321,8 +328,7 @@ def smoke_run_in_two(tmp_path_factory, name, targets, *options):
     if len(halves) < 2:
         return smoke_run(tmp_path_factory, name, targets, *options)
     results_dir = str(tmp_path_factory.mktemp(name))
-    commands = [["--preset", "smoke", "--device", "cpu", "--frameworks", ",".join(h)] + list(options)
-                + ["--timeout", "3600"] for h in halves + ([alone] if alone else [])]
+    commands = [smoke_args(h, *options) for h in halves + ([alone] if alone else [])]
     temporary = os.path.join(results_dir, "tmp")      # the runs' TMPDIR: what they leave there, tests can see
     os.makedirs(temporary)
     with pytest.MonkeyPatch.context() as mp:
@@ -385,13 +391,9 @@ def lane_runs(request, tmp_path_factory):
         if not rows:
             out["short"] = "none of %s is selected (DS2_TEST_FRAMEWORKS)" % ", ".join(LEARN_SHORT_ROWS)
         else:
-            from common import corpus as C
-            from common import learn
-            try:
-                C.check_engines()
-                learn.open_corpus("learn-smoke", progress=False)     # built once, off the notebooks' clocks
-            except C.EngineError as e:
-                out["short"] = "the corpus engines are missing (.ci/run installs them): %s" % e
+            corpus, why = learn_corpus("learn-smoke")                   # built once, off the notebooks' clocks
+            if corpus is None:
+                out["short"] = why
             else:
                 d = tmp_path_factory.mktemp("learn_smoke")
                 jobs += [("short", d, ["--preset", "learn-smoke", "--device", "cpu", "--frameworks", t,
@@ -401,23 +403,20 @@ def lane_runs(request, tmp_path_factory):
             out["smoke_fp64"] = "the pytorch target is not selected"
         else:
             jobs.append(("smoke_fp64", tmp_path_factory.mktemp("smoke_fp64"),
-                         ["--preset", "smoke", "--device", "cpu", "--frameworks", "pytorch", "--precision", "fp64",
-                          "--timeout", "3600"], None))
+                         smoke_args(["pytorch"], "--precision", "fp64"), None))
     if "bf16" in used and not full_tier():         # tests/test_rnn_dtype.py's: PyTorch alone, its training only
         if "pytorch" not in selected_targets():
             out["pytorch_bf16"] = "the pytorch target is not selected"
         else:
             jobs.append(("pytorch_bf16", tmp_path_factory.mktemp("rnn_dtype_bf16"),
-                         ["--preset", "smoke", "--device", "cpu", "--frameworks", "pytorch", "--precision", "bf16",
-                          "--skip", "forward,onnx", "--timeout", "3600"], None))
+                         smoke_args(["pytorch"], "--precision", "bf16", "--skip", "forward,onnx"), None))
     if "smoke_bf16" in used:
         names = bf16_cpu_targets()
         if not names:
             out["smoke_bf16"] = "no selected target runs bf16 on a CPU"
         else:
             jobs.append(("smoke_bf16", tmp_path_factory.mktemp("smoke_bf16"),
-                         ["--preset", "smoke", "--device", "cpu", "--frameworks", ",".join(names), "--precision",
-                          "bf16", "--timeout", "3600"], None))
+                         smoke_args(names, "--precision", "bf16"), None))
     xla = [j for j in jobs if j[3] in LEARN_XLA_ROWS]
     rest = [j for j in jobs if j not in xla]
     lanes = [xla, rest] if xla else [rest[:1], rest[1:]]

@@ -13,21 +13,18 @@ import os
 
 import pytest
 
-from common import corpus as C
-from common import learn
 from common.spec import get_learn_preset
 
 from .conftest import LEARN_SHORT_FULL_ONLY as FULL_ONLY
 from .conftest import LEARN_SHORT_ROWS as SHORT_ROWS
-from .conftest import RunAll, lane_run, ok_record, selected_targets
+from .conftest import RunAll, lane_run, learn_corpus, ok_record, selected_targets
 
 
 def _corpus_or_skip(preset):
-    try:
-        C.check_engines()
-    except C.EngineError as e:
-        pytest.skip("the corpus engines are missing (.ci/run installs them): %s" % e)
-    return learn.open_corpus(preset, progress=False)
+    corpus, why = learn_corpus(preset)
+    if corpus is None:
+        pytest.skip(why)
+    return corpus
 
 
 def _learn_runs(tmp_path_factory, name, preset, groups, timeout):
@@ -50,7 +47,7 @@ def short(lane_runs):
     """The short runs (tests/conftest.py's ``lane_runs``: the XLA row in a lane of its own, PyTorch beside it, then
     the float64 control and the bf16 run in PyTorch's lane) and their corpus."""
     out = lane_run(lane_runs, "short")
-    return learn.open_corpus("learn-smoke", progress=False), out
+    return _corpus_or_skip("learn-smoke"), out
 
 
 @pytest.mark.parametrize("target", [pytest.param(t, marks=pytest.mark.full) if t in FULL_ONLY else t
