@@ -353,8 +353,13 @@ if os.environ.get("SLEEP") and os.environ.get("SLEEP_RANK", str(w.rank)) == str(
 if os.environ.get("LINGER"):
     import threading
     threading.Thread(target=time.sleep, args=(600,)).start()     # a non-daemon thread: the process cannot exit
+def rank0_ok():                                                     # (rank 0 may not have written its file yet)
+    try:
+        return '"ok"' in open("status.rank0.status.json").read()
+    except OSError:
+        return False
 def abort_at_exit():                                                # dies in teardown, after dp_worker wrote "ok"
-    while os.environ.get("AFTER_RANK0") and '"ok"' not in open("status.rank0.status.json").read():
+    while os.environ.get("AFTER_RANK0") and not rank0_ok():
         time.sleep(0.05)                                              # (deterministic: rank 0 finished first)
     sys.stderr.write("terminate called without an active exception\\n")
     os.abort()
