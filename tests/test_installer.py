@@ -136,6 +136,12 @@ def test_uv_makes_an_environment_that_starts_as_venvs_and_upgrades_pip(tmp_path,
         assert "setuptools==%s" % os.path.basename(seed[0]).split("-")[1] in freeze
     text = open(log).read()
     assert "--index-strategy unsafe-best-match" in text and "-r %s" % req in text
+    # compiled at install, as pip's are (a process that may not write bytecode would compile it at every import)
+    compiled = subprocess.run([bootstrap.env_python(path), "-c", "import importlib.util as u, os, tabulate; "
+                               "print(os.path.exists(u.cache_from_source(tabulate.__file__)))"],
+                              stdout=subprocess.PIPE, universal_newlines=True, env=dict(os.environ,
+                              PYTHONDONTWRITEBYTECODE="1")).stdout.strip()
+    assert compiled == "True"
 
 
 # ---- environments made ahead ------------------------------------------------------------------------------------
