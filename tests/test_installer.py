@@ -136,12 +136,30 @@ def test_uv_makes_an_environment_that_starts_as_venvs_and_upgrades_pip(tmp_path,
         assert "setuptools==%s" % os.path.basename(seed[0]).split("-")[1] in freeze
     text = open(log).read()
     assert "--index-strategy unsafe-best-match" in text and "-r %s" % req in text
-    # compiled at install, as pip's are (a process that may not write bytecode would compile it at every import)
-    compiled = subprocess.run([bootstrap.env_python(path), "-c", "import importlib.util as u, os, tabulate; "
-                               "print(os.path.exists(u.cache_from_source(tabulate.__file__)))"],
-                              stdout=subprocess.PIPE, universal_newlines=True, env=dict(os.environ,
-                              PYTHONDONTWRITEBYTECODE="1")).stdout.strip()
-    assert compiled == "True"
+    assert has_bytecode(path, "tabulate")
+
+
+def has_bytecode(env_path, module):
+    """Whether ``module``'s bytecode was compiled at install, as pip's route does (a process that may not write
+    bytecode would compile the module again at every import)."""
+    return subprocess.run([bootstrap.env_python(env_path), "-c", "import importlib.util as u, os, %s as m; "
+                           "print(os.path.exists(u.cache_from_source(m.__file__)))" % module],
+                          stdout=subprocess.PIPE, universal_newlines=True,
+                          env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1")).stdout.strip() == "True"
+
+
+def test_uv_makes_cntks_python_36_environment_with_its_bytecode(tmp_path, monkeypatch):
+    """uv's --compile-bytecode needs Python 3.7's py_compile; on CNTK's Python 3.6 the environment compiles itself."""
+    python36 = os.environ.get("DS2_CNTK_PYTHON")
+    if not python36:
+        pytest.skip("no CNTK interpreter (DS2_CNTK_PYTHON unset)")
+    monkeypatch.setenv("DS2_INSTALLER", "uv")
+    req = tmp_path / "req.txt"
+    req.write_text("six==1.16.0\n")
+    path, log = str(tmp_path / "env36"), str(tmp_path / "env36.log")
+    assert bootstrap.create_venv(path, str(req), python36, {"s": 1}, log, pip="pip==21.3.1") == "uv"
+    assert has_bytecode(path, "six"), open(log).read()[-2000:]
+    assert "compileall.compile_dir" in open(log).read()
 
 
 # ---- environments made ahead ------------------------------------------------------------------------------------

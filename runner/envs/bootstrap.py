@@ -382,10 +382,27 @@ def _install_with_uv(path: str, requirements: str, base_python: str, log_path: s
         requirement = "%s==%s" % tuple(wheel.split("-")[:2])
         run_logged([uv, "pip", "install", "--no-config", "--python", py, "--no-index", "--no-deps", "--find-links",
                     os.path.dirname(seed[0]), requirement], log_path, "uv pip install %s" % requirement, env=env)
-    run_logged([uv, "pip", "install", "--no-config", "--python", py, "--compile-bytecode"] + uv_args +
-               ["--upgrade-package", pip.split("=")[0].split("<")[0].split(">")[0], pip, "-r", requirements],
+    # uv compiles with the environment's interpreter, through an API Python 3.7 added: Python 3.6 compiles itself
+    uv_compiles = _runs_ok([py, "-c", "import py_compile; py_compile.PycInvalidationMode"])
+    run_logged([uv, "pip", "install", "--no-config", "--python", py] + (["--compile-bytecode"] if uv_compiles else [])
+               + uv_args + ["--upgrade-package", pip.split("=")[0].split("<")[0].split(">")[0], pip, "-r", requirements],
                log_path, "uv pip install -r %s" % os.path.relpath(requirements, ROOT), env=env,
                on_line=count_installs("uv", lambda n: say("uv installs %d packages" % n)))
+    if not uv_compiles:
+        try:      # only speed is at stake: a package that does not compile stays as it is
+            run_logged([py, "-c", "import compileall, sysconfig; compileall.compile_dir("
+                        "sysconfig.get_path('purelib'), quiet=1, workers=0)"], log_path,
+                       "compiling the packages of %s to bytecode" % path, env=env)
+        except EnvError as e:
+            with open(log_path, "a") as log:
+                log.write("# not compiled to bytecode: %s\n" % e)
+
+
+def _runs_ok(argv: List[str]) -> bool:
+    try:
+        return subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
 
 
 def runner_dir() -> str:
