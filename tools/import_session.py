@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""Bring what a device session returned (``tools/gpu_session.py``'s ``session.tar``) into a results directory.
+
+    python tools/import_session.py /work/.device/1/session.tar                     # into results/
+    python tools/import_session.py session.tar --results-dir results/experiments/h200
+    python -m runner.report                                                          # then results.md
+
+Each record (``records/NAME.json``) goes to ``RESULTS/records/``, its executed notebook (``notebooks/NAME.ipynb``)
+to ``RESULTS/notebooks/``, and the latency figures (``latency/rnn_latency.json``, ``benchmarks/rnn_latency.py``'s
+output) to ``RESULTS/latency/<card>.json`` (the card's name in lower case, ``nvidia-h200.json``), where
+``python -m runner.report`` finds them.  A record or a latency file of the same name is replaced: the newest run
+of a row is its row.  The logs stay in the tarball (``results/logs`` is not committed).
+
+The records are the ones the runs wrote; one field changes: ``run.executed_notebook`` named the notebook in the
+session's scratch folder on the device machine, and now names its copy here (relative to the checkout, as
+``run_all.py`` writes it).  ``run.session`` says so: the tarball's name and the path the run wrote.
+
+Exit status 0, 2 for bad input (one line, before anything is written): a missing or unreadable tarball, a member
+outside ``records/``, ``notebooks/``, ``logs/`` and ``latency/`` or with a path that leaves its folder, a record
+that is not a run's record, a tarball with neither records nor latency figures.
+"""
+import argparse
+import json
+import os
+import re
+import sys
+import tarfile
+from typing import Dict, List, Tuple
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from common.results import atomic_write_text  # noqa: E402
+from runner import validate  # noqa: E402
+
+PROG = "import_session.py"
+#: the tarball's folders (tools/gpu_session.py writes these and no others)
+FOLDERS = ("records", "notebooks", "logs", "latency")
+
+
+class Refused(Exception):
+    pass
+
+
+def card_slug(name: str) -> str:
+    """A card's name as the records' file names spell it: ``NVIDIA H200`` -> ``nvidia-h200``."""
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
+def read_session(tar_path: str) -> Tuple[Dict[str, dict], Dict[str, bytes], List[dict]]:
+    """(record name -> record, notebook name -> bytes, latency reports) from the tarball; :class:`Refused` for
+    anything :func:`main`'s docstring names as bad input."""
+    records, notebooks, latency = {}, {}, []
+    try:
+        tar = tarfile.open(tar_path, "r")
+    except (OSError, tarfile.TarError) as e:
+        raise Refused("%s: not a readable tarball (%s)" % (tar_path, e))
+    with tar:
+        for member in tar.getmembers():
+            parts = member.name.split("/")
+            if (member.name.startswith("/") or ".." in parts or len(parts) != 2 or parts[0] not in FOLDERS
+                    or not member.isfile()):
+                raise Refused("%s: member %r is not a file directly under %s: not a device session's tarball"
+                              % (tar_path, member.name, ", ".join(f + "/" for f in FOLDERS)))
+            folder, name = parts
+            if folder == "logs":
+                continue
+            data = tar.extractfile(member).read()
+            if folder == "notebooks":
+                notebooks[name] = data
+                continue
+            try:
+                doc = json.loads(data.decode("utf-8"))
+            except ValueError as e:
+                raise Refused("%s: %s is not JSON (%s)" % (tar_path, member.name, e))
+            if folder == "records":
+                if not (isinstance(doc, dict) and isinstance(doc.get("run"), dict) and doc.get("target")
+                        and name.endswith(".json")):
+                    raise Refused("%s: %s is not a run's record (no target or run section)" % (tar_path,
+                                                                                            member.name))
+                records[name] = doc
+            else:
+                if not (isinstance(doc, dict) and isinstance((doc.get("device") or {}).get("name"), str)):
+                    raise Refused("%s: %s names no device (device.name): not benchmarks/rnn_latency.py's output"
+                                  % (tar_path, member.name))
+                latency.append(doc)
+    if not records and not latency:
+        raise Refused("%s holds no record and no latency figures: nothing to import" % tar_path)
+    return records, notebooks, latency
+
+
+def import_session(tar_path: str, results_dir: str) -> List[str]:
+    """Write the tarball's records, notebooks and latency figures under ``results_dir``; the paths written."""
+    records, notebooks, latency = read_session(tar_path)
+    results_dir = os.path.abspath(results_dir)
+    written = []
+    for name, data in sorted(notebooks.items()):
+        path = os.path.join(results_dir, "notebooks", name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        atomic_write_text(path, data.decode("utf-8"))
+        written.append(path)
+    for name, rec in sorted(records.items()):
+        run = rec["run"]
+        there = run.get("executed_notebook")
+        base = os.path.basename(there) if isinstance(there, str) and there else None
+        if base in notebooks:
+            run["executed_notebook"] = os.path.relpath(os.path.join(results_dir, "notebooks", base), ROOT)
+        run["session"] = {"tarball": os.path.basename(tar_path), "executed_notebook_there": there}
+        path = os.path.join(results_dir, "records", name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        atomic_write_text(path, json.dumps(rec, indent=1, ensure_ascii=False) + "\n")
+        written.append(path)
+    for report in latency:
+        path = os.path.join(results_dir, "latency", card_slug(report["device"]["name"]) + ".json")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        atomic_write_text(path, json.dumps(report, indent=1) + "\n")
+        written.append(path)
+    return written
+
+
+def main(argv=None) -> int:
+    p = validate.OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
+    p.add_argument("tarball", type=validate.non_empty("tarball"), help="a device session's session.tar")
+    p.add_argument("--results-dir", default=os.path.join(ROOT, "results"), type=validate.non_empty("directory"),
+                   help="where the records, notebooks and latency figures go (default: results/)")
+    args = p.parse_args(argv)
+    problem = validate.results_dir_error("--results-dir", args.results_dir)
+    if problem:
+        return validate.refuse(PROG, problem)
+    if not os.path.isfile(args.tarball):
+        return validate.refuse(PROG, "%s: no such file" % args.tarball)
+    try:
+        written = import_session(args.tarball, args.results_dir)
+    except Refused as e:
+        return validate.refuse(PROG, str(e))
+    for path in written:
+        print(os.path.relpath(path, ROOT))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
