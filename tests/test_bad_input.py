@@ -30,9 +30,10 @@ SIM = ["bash", os.path.join(ROOT, "tools", "simulate_hosts.sh")]
 OFFLINE = ["bash", os.path.join(ROOT, "tools", "installed_offline.sh")]
 GPU_ENVS = [PY, os.path.join(ROOT, "tools", "check_gpu_envs.py")]
 SESSION = [PY, os.path.join(ROOT, "tools", "gpu_session.py")]
+IMPORT = [PY, os.path.join(ROOT, "tools", "import_session.py")]
 PROGS = {id(RUN_ALL): "run_all.py", id(REPORT): "python -m runner.report", id(ROSETTA): "python -m runner.rosetta",
          id(SIM): "simulate_hosts.sh", id(OFFLINE): "installed_offline.sh", id(GPU_ENVS): "tools/check_gpu_envs.py",
-         id(SESSION): "gpu_session.py"}
+         id(SESSION): "gpu_session.py", id(IMPORT): "import_session.py"}
 MARKER = "DS2_BAD_INPUT_TAG"
 #: far above the half second a refusal takes on a loaded 2-core machine, far below what starting a notebook takes
 SECONDS = 10
@@ -222,6 +223,17 @@ CASES = [
                                                  "--estimate", "jax:fp32=400"], ["--estimate jax:fp32", "twice"]),
     case("gpu-session-wheelhouse-missing", SESSION, ["--dry-run", "--out", "{tmp}/out", "--wheelhouse", "{tmp}/none"],
          ["--wheelhouse {tmp}/none", "no such directory"]),
+    case("import-session-tarball-empty", IMPORT, ["", "--results-dir", "{tmp}/res"], ["argument tarball", "is empty"]),
+    case("import-session-tarball-missing", IMPORT, ["{tmp}/none.tar", "--results-dir", "{tmp}/res"],
+         ["{tmp}/none.tar", "no such file"]),
+    case("import-session-not-a-tarball", IMPORT, ["{tmp}/a-file", "--results-dir", "{tmp}/res"],
+         ["{tmp}/a-file", "not a readable tarball"]),
+    case("import-session-member-leaves-its-folder", IMPORT, ["{tmp}/escape.tar", "--results-dir", "{tmp}/res"],
+         ["'records/../../x.json'", "not a device session's tarball"]),
+    case("import-session-nothing-to-import", IMPORT, ["{tmp}/logs-only.tar", "--results-dir", "{tmp}/res"],
+         ["no record and no latency figures"]),
+    case("import-session-results-dir-empty", IMPORT, ["{tmp}/logs-only.tar", "--results-dir", ""],
+         ["argument --results-dir", "is empty"], cwd="root"),
 ]
 
 
@@ -240,6 +252,13 @@ def scratch(tmp_path):
     (tmp / "empty").mkdir()
     (tmp / "mine").mkdir()
     (tmp / "mine" / "keep.txt").write_text("the user's\n")
+    import io
+    import tarfile
+    for name, member in (("escape.tar", "records/../../x.json"), ("logs-only.tar", "logs/row.log")):
+        with tarfile.open(str(tmp / name), "w") as t:
+            info = tarfile.TarInfo(member)
+            info.size = 2
+            t.addfile(info, io.BytesIO(b"{}"))
     return tmp
 
 

@@ -27,6 +27,7 @@ from tests.conftest import ROOT
 
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 import gpu_session  # noqa: E402
+import import_session  # noqa: E402
 
 SCRIPT = os.path.join(ROOT, "tools", "gpu_session.py")
 CARD = "NVIDIA H100 80GB HBM3"
@@ -137,6 +138,35 @@ def test_the_tarball_is_a_results_directory_the_report_reads(session, tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:]
     page = (tmp_path / "res" / "results.md").read_text()
     assert "skip=export,onnx,forward: not run" in page                  # the ONNX table's reason
+
+
+def test_import_session_brings_the_tarball_into_a_results_directory(session, tmp_path):
+    """tools/import_session.py: the record, its notebook and the latency figures land where the report reads them;
+    the record's executed_notebook names the copy (it named the session's scratch folder); nothing else changes."""
+    tar = str(session["out"] / "session.tar")
+    res = tmp_path / "res"
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "import_session.py"), tar, "--results-dir",
+                           str(res)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    stem = "pytorch_smoke_fp32_bs8_cpu"
+    rec = json.loads((res / "records" / ("%s.json" % stem)).read_text())
+    there = session["record"]["run"]["executed_notebook"]
+    assert there and not os.path.isfile(os.path.join(ROOT, there))       # the scratch folder is gone
+    assert os.path.samefile(os.path.join(ROOT, rec["run"]["executed_notebook"]),
+                            str(res / "notebooks" / ("%s.ipynb" % stem)))
+    assert rec["run"]["session"] == {"tarball": "session.tar", "executed_notebook_there": there}
+    del rec["run"]["session"], rec["run"]["executed_notebook"]
+    original = dict(session["record"], run=dict(session["record"]["run"]))
+    del original["run"]["executed_notebook"]
+    assert rec == original                                              # the run's record as it wrote it
+    slug = import_session.card_slug(cpu_model())
+    assert json.loads((res / "latency" / ("%s.json" % slug)).read_text())["device"]["name"] == cpu_model()
+    assert not (res / "logs").exists()
+    assert sorted(proc.stdout.split()) == sorted(
+        os.path.relpath(str(p), ROOT) for p in (res / "records" / ("%s.json" % stem),
+                                                 res / "notebooks" / ("%s.ipynb" % stem),
+                                                 res / "latency" / ("%s.json" % slug)))
 
 
 def test_a_row_running_at_the_deadline_is_stopped_and_what_it_left_comes_back(session, tmp_path):

@@ -455,11 +455,15 @@ def test_latency_roofline_column_for_the_card_with_figures(tmp_path):
     gpu = fixture_record("pytorch", "PyTorch", LOSSES, 2000.0, device="NVIDIA H200", dtype="cuda", preset="quick",
                          batch_size=32, scale=64, config=FULL_MODEL.to_dict())
     cpu = fixture_record("jax", "JAX", LOSSES, 100.0, config=SMOKE_MODEL.to_dict())
+    # the same card at smoke width: full-width figures say nothing of a 32-wide recurrence's step
+    narrow = fixture_record("jax", "JAX", LOSSES, 900.0, device="NVIDIA H200", dtype="cuda", preset="quick",
+                            batch_size=32, scale=64, config=SMOKE_MODEL.to_dict())
     d = tmp_path / "records"
     d.mkdir()
-    for rec in (gpu, cpu):
-        results.write_record(str(d / ("%s.json" % rec["target"])), rec)
+    for rec in (gpu, cpu, narrow):
+        results.write_record(str(d / ("%s_%s.json" % (rec["target"], rec["device"]["type"]))), rec)
     latency = {"benchmark": "rnn_latency", "device": {"type": "cuda", "name": "NVIDIA H200"},
+               "sizes": {"batch": 32, "hidden": FULL_MODEL.rnn_hidden},
                "precisions": {"fp32": {"t_step_s": 14e-6, "gemm_flops_per_s": {"input": 50e12, "recurrent": 5e12}}}}
     (tmp_path / "latency").mkdir()
     (tmp_path / "latency" / "h200.json").write_text(json.dumps(latency))
@@ -470,6 +474,7 @@ def test_latency_roofline_column_for_the_card_with_figures(tmp_path):
     header, rows = _table_rows(quick, "Row")
     assert "% of latency roofline" in header
     assert rows[("pytorch", "32")]["% of latency roofline"] == "%.1f" % (100 * 2000.0 / bound)
+    assert rows[("jax", "32")]["% of latency roofline"] == "–"          # figures of another width
     assert "% of latency roofline" not in _table_rows(smoke, "Row")[0]      # no figures for the CPU
 
 

@@ -36,10 +36,16 @@ def load_latency(results_dir: str) -> Dict[str, dict]:
 
 def latency_share(rec: dict, latency: Dict[str, dict]) -> Optional[float]:
     """``rec``'s audio-s/s over the latency-aware bound of its own pass (preset, batch size, scale, lengths) from
-    its card's figures at its precision; None without figures, a completed run or a model configuration."""
+    its card's figures at its precision; None without figures, a completed run or a model configuration, and None
+    where the figures were measured at another width or batch size than the row's (``sizes.hidden``,
+    ``sizes.batch``: one step's latency depends on both, so a smoke-width row gets no share from full-width
+    figures)."""
     speed, device = _speed(rec), (rec.get("device") or {}).get("name")
     report = latency.get(device) if device else None
     if speed is None or report is None or not rec.get("config") or not _number(rec.get("batch_size")):
+        return None
+    sizes = report.get("sizes") or {}
+    if sizes.get("hidden") != rec["config"].get("rnn_hidden") or sizes.get("batch") != rec["batch_size"]:
         return None
     try:
         figures = roofline.figures_from_benchmark(report, rec.get("precision"))
