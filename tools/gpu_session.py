@@ -79,13 +79,13 @@ LATENCY_S = {"cuda": 60, "cpu": 30}
 #: run.wall_s where no committed record of the row ran ok, per (preset, device type): stated, conservative
 DEFAULT_WALL_S = {
     ("quick", "cuda"): {
-        # results/notebooks/jax_quick_fp32_bs32_nvidia-h200.ipynb (its record: interrupted in the forward timing):
-        # 323 s of cells up to the timed epoch (warm-up 249 s, 15 XLA compilations 229 s of it; epoch 56 s), plus
-        # the kernel's start, the matmul peak and the record
+        # the H200's first jax fp32 row (2026-11-26, interrupted in its forward timing): 323 s of cells up to the
+        # timed epoch (warm-up 249 s, 15 XLA compilations one after another 229 s of it; epoch 56 s); its committed
+        # record (2026-11-27, every shape compiled ahead of time on 16 threads) says 319 s
         "jax": 340,
         "keras-jax": 340,       # no GPU record: XLA compiles the same 15 shapes (on a CPU its warm-up is jax's)
         "keras-torch": 400,     # no GPU record: eager, SimpleRNN a Python loop over the steps; the longest guess
-        "pytorch": 120,         # results/records/pytorch_quick_fp32_bs32_nvidia-h200.json says 94 s
+        "pytorch": 120,         # its H200 records: 94 s with the export, ONNX and forward timing, 48-70 s without
     },
     ("smoke", "cpu"): {"pytorch": 60, "jax": 160, "keras-jax": 160, "keras-torch": 60},
 }
