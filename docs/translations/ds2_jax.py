@@ -330,7 +330,7 @@ def ds2_loss(logits, labels):
     return optax.ctc_loss(logits, logit_paddings, labels, label_paddings, blank_id=cfg.blank).mean()
 
 
-# %% JAX_Flax_DS2.ipynb cell 26 (rosetta:optimizer)
+# %% JAX_Flax_DS2.ipynb cell 28 (rosetta:optimizer)
 def sgd(model):
     """SGD with classical momentum (no Nesterov, no weight decay) over the model's parameters."""
     return nnx.Optimizer(model, optax.sgd(cfg.lr, momentum=cfg.momentum), wrt=nnx.Param)
