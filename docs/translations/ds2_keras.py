@@ -284,7 +284,7 @@ class CTCLoss(keras.losses.Loss):
 ctc_loss = CTCLoss(name="ctc")
 
 
-# %% Keras3_DS2.ipynb cell 20 (rosetta:optimizer)
+# %% Keras3_DS2.ipynb cell 22 (rosetta:optimizer)
 def compile_for_training(model, jit_compile="auto"):
     """SGD with classical momentum (no Nesterov, no weight decay) and the CTC loss, compiled into the model.
     jit_compile: "auto" is the backend's default."""
