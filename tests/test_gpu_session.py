@@ -226,6 +226,19 @@ def test_the_estimate_comes_from_the_records_else_the_fp32_row_else_the_default(
     assert source.startswith("pytorch_quick_fp32_bs32_nvidia-h200.json") and est < 560 - gpu_session.RESERVE_S
 
 
+def test_the_default_rows_put_the_cards_gaps_first(tmp_path):
+    d = tmp_path / "records"
+    write_record(d, "a.json")                                                    # pytorch fp32 on the H200: done
+    write_record(d, "b.json", target="jax", status="failed")                     # failed: still a gap
+    write_record(d, "c.json", target="jax", precision="bf16", device={"type": "cuda", "name": "NVIDIA H100"})
+    write_record(d, "d.json", precision="tf32", batch_size=8)                    # another batch size: a gap
+    rows = gpu_session.rows_list("pytorch:fp32,pytorch:tf32,jax:fp32,jax:bf16")
+    assert gpu_session.gaps_first(rows, "NVIDIA H200", "quick", 32, str(d)) == [
+        ("pytorch", "tf32"), ("jax", "fp32"), ("jax", "bf16"), ("pytorch", "fp32")]
+    assert gpu_session.gaps_first(rows[::-1], "NVIDIA H100", "quick", 32, str(d)) == [
+        ("jax", "fp32"), ("pytorch", "tf32"), ("pytorch", "fp32"), ("jax", "bf16")]     # the H100's own record
+
+
 def test_a_row_starts_only_when_its_estimate_fits_what_is_left():
     now = [100.0]
     clock = gpu_session.Deadline(300, reserve_s=20, clock=lambda: now[0])
