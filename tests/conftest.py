@@ -6,6 +6,7 @@ Two tiers: ``python -m tests`` runs every test not marked ``full``; ``python -m 
 ones (the variant rows, bf16, data-parallel equivalence on every engine, every pair of the migration matrix).
 Without ``--full`` the ``full`` tests are deselected and the summary says how many.  Every test of the default
 tier is held to ``TEST_LIMIT_S`` (tests/test_tier.py, which runs last)."""
+import json
 import os
 import subprocess
 import sys
@@ -264,6 +265,19 @@ def env_interpreter(run, target):
     assert os.path.exists(python), "%s ran (%s) but its environment's interpreter %s is missing" % (
         target, rec["status"], python)
     return python
+
+
+def harness_result(python, source, directory, *args, timeout=600):
+    """Run ``source`` (a harness script: a notebook's cells in a framework's environment) with ``python`` from the
+    repository root, ``args`` after its path; the JSON of the last line it prints that starts with ``RESULT ``.  The
+    test fails with the end of its output when it exits non-zero."""
+    path = os.path.join(str(directory), "harness.py")
+    with open(path, "w") as f:
+        f.write(source)
+    proc = subprocess.run([python, path] + [str(a) for a in args], cwd=ROOT, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, universal_newlines=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    return json.loads([line for line in proc.stdout.splitlines() if line.startswith("RESULT ")][-1][7:])
 
 
 def run_all(args, results_dir):

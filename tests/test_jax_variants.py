@@ -14,13 +14,11 @@ Two checks in the default tier:
 
 In the full tier the session's smoke run has every variant, and tests/test_notebooks.py, tests/test_notebook_parameters_jax_keras.py and
 tests/test_onnx.py hold ``jax+hoist`` to what they hold every variant to."""
-import json
-import subprocess
 
 import numpy as np
 import pytest
 
-from tests.conftest import (FIRST_LOSS_RTOL, K_STEPS, ROOT, env_interpreter, full_tier, ok_record as ok,
+from tests.conftest import (FIRST_LOSS_RTOL, K_STEPS, env_interpreter, full_tier, harness_result, ok_record as ok,
                             selected_targets, smoke_run, variant_rtol)
 
 pytestmark = pytest.mark.skipif("jax" not in selected_targets(), reason="jax is not among DS2_TEST_FRAMEWORKS")
@@ -143,12 +141,7 @@ print("RESULT " + json.dumps(out))
 
 
 def test_hoist_moves_the_input_products_out_of_the_loop_and_computes_the_same(smoke, tmp_path):
-    harness = tmp_path / "harness.py"
-    harness.write_text(HARNESS)
-    proc = subprocess.run([env_interpreter(smoke, "jax"), str(harness), NOTEBOOK], cwd=ROOT,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-4000:]
-    out = json.loads([line for line in proc.stdout.splitlines() if line.startswith("RESULT ")][-1][7:])
+    out = harness_result(env_interpreter(smoke, "jax"), HARNESS, tmp_path, NOTEBOOK)
     row, hoist = out["row"], out["hoist"]
     assert row["layer"] == "Bidirectional" and hoist["layer"] == "HoistedBidirectional"
     assert row["state"] == hoist["state"] and any(".dense_i.kernel" in s for s in row["state"])

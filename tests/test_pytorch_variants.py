@@ -18,13 +18,12 @@ smoke run in the full tier (tests/conftest.py), where tests/test_notebooks.py al
 import ast
 import json
 import os
-import subprocess
 
 import numpy as np
 import pytest
 
 from runner.run.targets import ALL_TARGETS, variants_of
-from tests.conftest import K_STEPS, ROOT, env_interpreter, full_targets, selected_targets, variant_rtol
+from tests.conftest import K_STEPS, ROOT, env_interpreter, full_targets, harness_result, selected_targets, variant_rtol
 
 pytestmark = pytest.mark.skipif("pytorch" not in selected_targets(),
                                 reason="pytorch is not among DS2_TEST_FRAMEWORKS")
@@ -228,12 +227,8 @@ print("RESULT " + json.dumps(out))
 @pytest.fixture(scope="module")
 def harness(smoke, tmp_path_factory):
     """The harness's results (one run of the PyTorch environment for every unit test below)."""
-    path = tmp_path_factory.mktemp("pytorch_variants") / "harness.py"
-    path.write_text(HARNESS)
-    proc = subprocess.run([env_interpreter(smoke, "pytorch"), str(path), NOTEBOOK, str(STEPS)], cwd=ROOT,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-4000:]
-    out = json.loads([line for line in proc.stdout.splitlines() if line.startswith("RESULT ")][-1][7:])
+    out = harness_result(env_interpreter(smoke, "pytorch"), HARNESS, tmp_path_factory.mktemp("pytorch_variants"),
+                         NOTEBOOK, STEPS)
     print(json.dumps(out, indent=1))
     return out
 

@@ -308,7 +308,9 @@ COMMITTED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file_
 def test_committed_records_efficiency_is_plausible():
     """Every committed record with a measured efficiency: achieved training FLOP/s is positive and at most
     1.2 x the notebook's own measured square-matmul peak (more would mean the FLOPs or the peak are wrong),
-    and below its shape roofline where it has one."""
+    and below its shape roofline where it has one and its recurrence runs as separate products. cuDNN's fused RNN
+    (``options.rnn_kernel`` ``aten._cudnn_rnn``) steps faster than a lone product of the recurrent shape: the H200's
+    PyTorch tf32 row reached 1.01 x its shape roofline; such a row is held below 1.5 x it."""
     checked = []
     for rec in results.read_records(COMMITTED):
         eff = (rec.get("flops") or {}).get("efficiency")
@@ -317,9 +319,10 @@ def test_committed_records_efficiency_is_plausible():
         assert 0 < eff < 1.2, "%s: efficiency %r" % (rec["target"], eff)
         f = rec["flops"]
         assert f["efficiency"] == pytest.approx(f["achieved_per_s"] / f["peak_matmul_per_s"], rel=1e-9)
-        roof = report_records._roofline(rec)                       # a ceiling: no full-width row reaches it
-        assert roof is None or 0 < f["achieved_per_s"] < roof, "%s: achieved %r, roofline %r" % (
-            rec["target"], f["achieved_per_s"], roof)
+        roof = report_records._roofline(rec)                       # a ceiling for separate products
+        fused = (rec.get("options") or {}).get("rnn_kernel") == "aten._cudnn_rnn"
+        assert roof is None or 0 < f["achieved_per_s"] < roof * (1.5 if fused else 1.0), \
+            "%s: achieved %r, roofline %r" % (rec["target"], f["achieved_per_s"], roof)
         checked.append(rec["target"])
     if not checked:
         pytest.skip("no committed record has a flops section with an efficiency yet")

@@ -11,11 +11,10 @@ session's smoke runs (fp32, the float64 control) and a bf16 run of the pytorch r
 bf16 run of every row, which includes it). The unit test runs the notebook's own cells (model, probe) in the
 PyTorch environment on the smoke model, without running the notebook."""
 import json
-import subprocess
 
 import pytest
 
-from tests.conftest import ROOT, env_interpreter, full_targets, full_tier, lane_run, selected_targets
+from tests.conftest import env_interpreter, full_targets, full_tier, harness_result, lane_run, selected_targets
 
 pytestmark = pytest.mark.skipif("pytorch" not in selected_targets(),
                                 reason="pytorch is not among DS2_TEST_FRAMEWORKS")
@@ -125,12 +124,7 @@ def test_the_probe_sees_the_rnn_below_autocast(smoke, tmp_path):
     bf16 RNN, and also autocast's own RNN on a CPU, where autocast casts each product to bfloat16: it is cuDNN's
     autocast kernel that computes in float16); nothing outside an nn.RNN; bf16 training keeps fp32 parameters with
     fp32 gradients; what a GPU's fp16 RNN, a mix of dtypes or the control would report."""
-    harness = tmp_path / "harness.py"
-    harness.write_text(HARNESS)
-    proc = subprocess.run([env_interpreter(smoke, "pytorch"), str(harness), NOTEBOOK], cwd=ROOT,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-4000:]
-    out = json.loads([line for line in proc.stdout.splitlines() if line.startswith("RESULT ")][-1][7:])
+    out = harness_result(env_interpreter(smoke, "pytorch"), HARNESS, tmp_path, NOTEBOOK)
     print(json.dumps(out, indent=1))
     assert out["fp32"] == {"aten.addmm": ["float32"]}
     assert out["bf16"] == {"aten.addmm": ["bfloat16"]}

@@ -9,13 +9,11 @@ The unit test runs the notebook's own cells (model, loss, the check's functional
 environment on the smoke model: float32 in fp32, bfloat16 in bf16, 24 products (2 bd layers x 2 directions x 6),
 and the probe's stop when a model's dtype is not the one the precision asks for. The records are the session's
 smoke run (fp32) and, in the full tier, its bf16 runs."""
-import json
-import subprocess
 
 import pytest
 
 from common.spec import get_preset
-from tests.conftest import ROOT, env_interpreter, full_targets, ok_record, selected_targets
+from tests.conftest import env_interpreter, full_targets, harness_result, ok_record, selected_targets
 
 pytestmark = pytest.mark.skipif("jax" not in selected_targets(), reason="jax is not among DS2_TEST_FRAMEWORKS")
 
@@ -64,12 +62,7 @@ print("RESULT " + json.dumps(out))
 
 
 def test_the_probe_reads_the_rnn_dtype_from_the_program_and_stops_on_a_mismatch(smoke, tmp_path):
-    harness = tmp_path / "harness.py"
-    harness.write_text(HARNESS)
-    proc = subprocess.run([env_interpreter(smoke, "jax"), str(harness), NOTEBOOK], cwd=ROOT,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-4000:]
-    out = json.loads([line for line in proc.stdout.splitlines() if line.startswith("RESULT ")][-1][7:])
+    out = harness_result(env_interpreter(smoke, "jax"), HARNESS, tmp_path, NOTEBOOK)
     layers = len(get_preset("smoke").config.rnn_input_widths())
     for name, dtype in (("fp32", "float32"), ("bf16", "bfloat16")):
         assert out[name]["rnn_dtype"] == dtype, out

@@ -8,12 +8,10 @@ The unit test runs the notebook's own cells (model, loss, check, probe) on the J
 under the float32 policy, bfloat16 under ``mixed_bfloat16``, and the probe's stop for a model built under float32
 while the policy asks for bfloat16. The records are the session's smoke run (fp32, every backend) and, in the full
 tier, its bf16 runs."""
-import json
-import subprocess
 
 import pytest
 
-from tests.conftest import ROOT, env_interpreter, ok_record, selected_targets
+from tests.conftest import env_interpreter, harness_result, ok_record, selected_targets
 
 KERAS_ROWS = [t for t in ("keras-jax", "keras-torch", "keras-tensorflow") if t in selected_targets()]
 pytestmark = pytest.mark.skipif(not KERAS_ROWS, reason="no Keras row among DS2_TEST_FRAMEWORKS")
@@ -70,12 +68,7 @@ print("RESULT " + json.dumps(out))
 
 @pytest.mark.skipif("keras-jax" not in KERAS_ROWS, reason="keras-jax is not among DS2_TEST_FRAMEWORKS")
 def test_the_probe_reads_the_cells_dtypes_and_stops_on_a_mismatch(smoke, tmp_path):
-    harness = tmp_path / "harness.py"
-    harness.write_text(HARNESS)
-    proc = subprocess.run([env_interpreter(smoke, "jax"), str(harness), NOTEBOOK], cwd=ROOT,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-4000:]
-    out = json.loads([line for line in proc.stdout.splitlines() if line.startswith("RESULT ")][-1][7:])
+    out = harness_result(env_interpreter(smoke, "jax"), HARNESS, tmp_path, NOTEBOOK)
     assert out["fp32"] == "float32" and out["bf16"] == "bfloat16", out
     assert out["mismatch"].startswith("stopped: the RNN's steps ran in float32, not the dtype policy's compute dtype "
                                       "bfloat16"), out

@@ -19,7 +19,6 @@ Exit status 0, 2 for bad input (one line, before anything is written): a missing
 outside ``records/``, ``notebooks/``, ``logs/`` and ``latency/`` or with a path that leaves its folder, a record
 that is not a run's record, a tarball with neither records nor latency figures.
 """
-import argparse
 import json
 import os
 import re
