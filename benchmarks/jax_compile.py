@@ -1,0 +1,165 @@
+"""How long XLA takes to compile the JAX notebook's training step, one program per batch shape, and what the levers
+do: threads, one shape first, XLA's autotuning.
+
+    python3 benchmarks/jax_compile.py --out jax_compile.json                  # on a GPU: quick, 3 lengths, ~3 min
+    .venvs/jax-cpu/bin/python benchmarks/jax_compile.py --preset smoke       # a CPU check of the script
+
+On an H200 the JAX row's warm-up took 208 s for its 15 shapes: 16 threads compiled them in 201 s with 2,048 s of
+compile time between them, where one after another they had taken 229 s (the JAX notebook, section 8).  This
+script measures the compile alone, on fewer shapes, each setting in a fresh process (XLA_FLAGS are read at the
+import of JAX, and nothing a setting compiled or autotuned carries into the next) with JAX's persistent cache off:
+
+- ``serial``: one program after another;
+- ``threads``: every program at once on a thread pool (the notebook's ``compile_ahead`` on a GPU);
+- ``first``: the first shape alone, then the others at once (XLA keeps its autotuning results in the process: what
+  the shapes share is tuned once);
+- ``autotune0``: ``threads`` with ``XLA_FLAGS=--xla_gpu_autotune_level=0`` (no autotuning: the libraries'
+  default kernels);
+
+and, for each, the median of ``--steps`` training steps per shape on random data (what a lever costs in speed).  The
+model, loss, optimizer and training step are the notebook's own cells (sections 4, 6 and 7), at ``--precision``;
+the shapes are ``--lengths`` seconds of the preset's batches.  It prints a table and writes ``--out`` (JSON).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NOTEBOOK = os.path.join(ROOT, "notebooks", "JAX_Flax_DS2.ipynb")
+SETTINGS = {
+    "serial": {"threads": 1, "first": False, "xla_flags": ""},
+    "threads": {"threads": None, "first": False, "xla_flags": ""},
+    "first": {"threads": None, "first": True, "xla_flags": ""},
+    "autotune0": {"threads": None, "first": False, "xla_flags": "--xla_gpu_autotune_level=0"},
+}
+
+
+def measure(preset, precision, lengths, threads, first, steps):
+    """In this process: the notebook's step compiled for each length's batch shape, then timed."""
+    import operator
+    import statistics
+    from concurrent.futures import ThreadPoolExecutor
+
+    sys.path.insert(0, ROOT)
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import optax
+    from flax import nnx
+
+    from common.data import DeepMarkIterator
+    from common.spec import get_preset
+
+    jax.config.update("jax_enable_compilation_cache", False)
+    jax.config.update("jax_default_matmul_precision", "tensorfloat32" if precision == "tf32" else "float32")
+    compile_s = []
+    jax.monitoring.register_event_duration_secs_listener(
+        lambda event, seconds, **kw: compile_s.append(seconds) if event == "/jax/core/compile/backend_compile_duration"
+        else None)
+    P = get_preset(preset)
+    with open(NOTEBOOK) as f:
+        cells = [c for c in json.load(f)["cells"] if c["cell_type"] == "code"]
+    g = {"jax": jax, "jnp": jnp, "nnx": nnx, "optax": optax, "operator": operator, "np": np, "cfg": P.config,
+         "seed": 0, "variant": "", "scan_unroll": 1,
+         "compute_dtype": jnp.bfloat16 if precision == "bf16" else jnp.float32}
+    for tag in ("rosetta:model", "rosetta:loss", "rosetta:optimizer"):
+        for c in cells:
+            if tag in c["metadata"].get("tags", []):
+                exec(c["source"] if isinstance(c["source"], str) else "".join(c["source"]), g)
+    model, optimizer, step = g["model"], g["optimizer"], g["train_step_jit"]
+    data = DeepMarkIterator(P.batch_size, P.scale, 0, lengths=P.lengths, n_freq=P.config.n_freq,
+                            n_classes=P.config.n_classes)
+    batches = {}
+    for batch in data.warmup_batches():
+        if batch.seconds in lengths and batch.seconds not in batches and batch.batch_size == P.batch_size:
+            batches[batch.seconds] = batch
+    missing = sorted(set(lengths) - set(batches))
+    if missing:
+        raise SystemExit("the %s preset has no full batch of %s s" % (preset, missing))
+    order = sorted(batches)
+    shapes = {s: [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in (batches[s].features, batches[s].labels)]
+              for s in order}
+    start = time.perf_counter()
+    lowered = {s: step.lower(model, optimizer, *shapes[s]) for s in order}
+    lower_s = time.perf_counter() - start
+    pool = ThreadPoolExecutor(max_workers=threads or os.cpu_count())
+    before = len(compile_s)                                   # the model's initialisation compiled programs too
+    start = time.perf_counter()
+    first_s = None
+    if first:
+        lowered[order[0]].compile()
+        first_s = time.perf_counter() - start
+    rest = order[1:] if first else order
+    list(pool.map(lambda s: lowered[s].compile(), rest))
+    wall_s = time.perf_counter() - start
+    compiled = compile_s[before:]
+    step_ms = {}
+    for s in order:
+        x, y = jax.device_put(batches[s].features), jax.device_put(batches[s].labels)
+        jax.block_until_ready(step(model, optimizer, x, y))      # loads the compiled program
+        times = []
+        for _ in range(steps):
+            t = time.perf_counter()
+            jax.block_until_ready(step(model, optimizer, x, y))
+            times.append(time.perf_counter() - t)
+        step_ms[s] = 1000 * statistics.median(times)
+    device = jax.local_devices()[0]
+    return {"device": device.device_kind, "platform": device.platform, "jax": jax.__version__,
+            "programs": len(order), "lengths_s": order, "lower_s": lower_s, "compile_wall_s": wall_s,
+            "first_s": first_s, "compile_s_summed": sum(compiled), "compiles": len(compiled),
+            "threads": threads or os.cpu_count(), "step_ms_median": step_ms}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--preset", default="quick", help="the batches' preset (default quick; smoke for a CPU check)")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "bf16"])
+    p.add_argument("--lengths", default="1,8,15", help="utterance lengths in seconds, one program each (default 1,8,15)")
+    p.add_argument("--settings", default=",".join(SETTINGS), help="default: %s" % ",".join(SETTINGS))
+    p.add_argument("--steps", type=int, default=3, help="timed steps per shape after compiling (default 3)")
+    p.add_argument("--out", default=None, help="a JSON file for the results")
+    p.add_argument("--measure", default=None, help=argparse.SUPPRESS)     # the child process: one setting
+    args = p.parse_args(argv)
+    lengths = [int(s) for s in args.lengths.split(",")]
+    if args.measure:
+        setting = SETTINGS[args.measure]
+        print("RESULT " + json.dumps(measure(args.preset, args.precision, lengths, setting["threads"],
+                                             setting["first"], args.steps)), flush=True)
+        return 0
+    unknown = [s for s in args.settings.split(",") if s not in SETTINGS]
+    if unknown:
+        p.error("--settings: unknown %s; choose from %s" % (", ".join(unknown), ", ".join(SETTINGS)))
+    results = {}
+    for name in args.settings.split(","):
+        env = dict(os.environ, JAX_ENABLE_COMPILATION_CACHE="false")
+        flags = SETTINGS[name]["xla_flags"]
+        env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " " + flags).strip()
+        t = time.perf_counter()
+        proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--measure", name, "--preset", args.preset,
+                               "--precision", args.precision, "--lengths", args.lengths, "--steps", str(args.steps)],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
+        lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
+        if proc.returncode or not lines:
+            results[name] = {"error": proc.stdout[-2000:], "exit": proc.returncode}
+            print("%-10s failed (exit %s): %s" % (name, proc.returncode, proc.stdout.strip().splitlines()[-1:]))
+            continue
+        results[name] = dict(json.loads(lines[-1][7:]), xla_flags=env["XLA_FLAGS"],
+                             process_s=time.perf_counter() - t)
+        r = results[name]
+        print("%-10s %d programs: compile %6.1f s wall (%6.1f s summed, first alone %s), lower %.1f s; step ms %s"
+              % (name, r["programs"], r["compile_wall_s"], r["compile_s_summed"],
+                 "-" if r["first_s"] is None else "%.1f s" % r["first_s"], r["lower_s"],
+                 " ".join("%ss %.1f" % (s, ms) for s, ms in sorted(r["step_ms_median"].items(), key=lambda kv:
+                                                                    int(kv[0])))), flush=True)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"benchmark": "jax_compile", "preset": args.preset, "precision": args.precision,
+                       "lengths": lengths, "results": results}, f, indent=1)
+    return 0 if all("error" not in r for r in results.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

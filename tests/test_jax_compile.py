@@ -1,0 +1,31 @@
+"""benchmarks/jax_compile.py on the CPU: the JAX notebook's training step compiled for the smoke preset's 2-s and 8-s
+batches (the first alone, then the other on the thread pool), in a child process with XLA's persistent cache off,
+and the JSON it writes: a check of the script a GPU session runs (docs/gpus.md), not a measurement."""
+import json
+import os
+import subprocess
+
+import pytest
+
+from tests.conftest import ROOT, selected_targets
+
+pytestmark = pytest.mark.skipif("jax" not in selected_targets(), reason="jax is not among DS2_TEST_FRAMEWORKS")
+JAX_PYTHON = os.path.join(ROOT, ".venvs", "jax-cpu", "bin", "python")
+
+
+def test_jax_compile_smoke_writes_the_settings_figures(tmp_path):
+    if not os.path.exists(JAX_PYTHON):
+        pytest.fail("no JAX CPU environment at %s: make it with `python run_all.py --setup-only --frameworks jax`"
+                    % JAX_PYTHON)
+    out = tmp_path / "jax_compile.json"
+    proc = subprocess.run([JAX_PYTHON, os.path.join(ROOT, "benchmarks", "jax_compile.py"), "--preset", "smoke",
+                           "--lengths", "2,8", "--settings", "first", "--steps", "1", "--out", str(out)], cwd=ROOT,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    report = json.loads(out.read_text())
+    first = report["results"]["first"]
+    assert first["platform"] == "cpu" and first["programs"] == 2 and first["lengths_s"] == [2, 8]
+    assert first["compiles"] >= 2 and 0 < first["first_s"] <= first["compile_wall_s"]
+    assert first["compile_s_summed"] > 0 and sorted(first["step_ms_median"]) == ["2", "8"]
+    assert all(ms > 0 for ms in first["step_ms_median"].values())
+    assert "first " in proc.stdout and "2 programs" in proc.stdout
