@@ -4,9 +4,9 @@ Section 6 of notebooks/Keras3_DS2.ipynb wraps ``SimpleRNNCell.call`` during one 
 batch and records the dtypes of each step's input, state and output; it stops when they are not the dtype policy's
 compute dtype, and the record carries ``options.rnn_dtype``.
 
-The unit test runs the notebook's own cells (model, loss, check, probe) on the JAX backend on the smoke model: float32
-under the float32 policy, bfloat16 under ``mixed_bfloat16``, and the probe's stop for a model built under float32
-while the policy asks for bfloat16. The records are the session's smoke run (fp32, every backend) and, in the full
+The unit test runs the notebook's own cells (model, loss, check, probe) on the torch backend (eager: no compiling) on
+the smoke model: float32 under the float32 policy, bfloat16 under ``mixed_bfloat16``, and the probe's stop for the
+float32 model once the policy asks for bfloat16. The records are the session's smoke run (fp32, every backend) and, in the full
 tier, its bf16 runs."""
 
 import pytest
@@ -18,13 +18,13 @@ pytestmark = pytest.mark.skipif(not KERAS_ROWS, reason="no Keras row among DS2_T
 
 NOTEBOOK = "notebooks/Keras3_DS2.ipynb"
 
-#: runs in the JAX environment with Keras on JAX: sections 4 and 6 of the notebook on the smoke model (the check's
-#: reference loss and tolerance stubbed: the probe is under test), the probe under each policy, then once for a
-#: float32 model under mixed_bfloat16; prints RESULT <json>
+#: runs in the PyTorch environment with Keras on torch: sections 4 and 6 of the notebook on the smoke model (the check's
+#: reference loss stubbed and its run left out: the probe is under test), the probe for a float32 model, for the same
+#: model once the policy is mixed_bfloat16, and for a model built under mixed_bfloat16; prints RESULT <json>
 HARNESS = r'''
 import json, os, sys
 sys.path.insert(0, os.getcwd())
-os.environ["KERAS_BACKEND"] = "jax"
+os.environ["KERAS_BACKEND"] = "torch"
 import keras
 from keras import layers, ops
 from common.data import DeepMarkIterator
@@ -41,21 +41,22 @@ class Stub:
     ds2_loss = staticmethod(lambda *args: 65.5)
 
 
-g = {"keras": keras, "layers": layers, "ops": ops, "cfg": cfg, "state": None, "reference": Stub, "backend": "jax",
-     "check_loss": lambda loss, ref, precision: {"rel_diff": 0.0, "rtol": 1.0},
+g = {"keras": keras, "layers": layers, "ops": ops, "cfg": cfg, "state": None, "reference": Stub,
      "train_data": DeepMarkIterator(P.batch_size, P.scale, 0, lengths=P.lengths, n_freq=cfg.n_freq)}
 (model_code,) = [c for c in tagged("rosetta:model") if "def build_model" in c]
 exec(model_code, g)
 for code in tagged("rosetta:loss"):
     exec(code, g)
 (probe,) = tagged("precision-probe")
+check = tagged("rosetta:check")[0]
+exec(check[:check.index("\nfirst_loss = ")], g)                          # check_batch, first_batch_loss
 original, out = layers.SimpleRNNCell.call, {}
-for name, policy in (("fp32", "float32"), ("bf16", "mixed_bfloat16"), ("mismatch", "mixed_bfloat16")):
-    keras.config.set_dtype_policy("float32" if name == "mismatch" else policy)
-    g["model"] = g["build_model"]()
+for name, policy, build in (("fp32", "float32", True), ("mismatch", "mixed_bfloat16", False),
+                            ("bf16", "mixed_bfloat16", True)):
     keras.config.set_dtype_policy(policy)
+    if build:
+        g["model"] = g["build_model"]()
     g["precision"] = name
-    exec(tagged("rosetta:check")[0], g)
     try:
         exec(probe, g)
         out[name] = g["rnn_dtype"]
@@ -66,9 +67,9 @@ print("RESULT " + json.dumps(out))
 '''
 
 
-@pytest.mark.skipif("keras-jax" not in KERAS_ROWS, reason="keras-jax is not among DS2_TEST_FRAMEWORKS")
+@pytest.mark.skipif("keras-torch" not in KERAS_ROWS, reason="keras-torch is not among DS2_TEST_FRAMEWORKS")
 def test_the_probe_reads_the_cells_dtypes_and_stops_on_a_mismatch(smoke, tmp_path):
-    out = harness_result(env_interpreter(smoke, "jax"), HARNESS, tmp_path, NOTEBOOK)
+    out = harness_result(env_interpreter(smoke, "keras-torch"), HARNESS, tmp_path, NOTEBOOK)
     assert out["fp32"] == "float32" and out["bf16"] == "bfloat16", out
     assert out["mismatch"].startswith("stopped: the RNN's steps ran in float32, not the dtype policy's compute dtype "
                                       "bfloat16"), out
