@@ -61,6 +61,11 @@ def test_record_has_the_peak_and_the_variant(smoke, target):
         assert rec["variant"] == "" and rec["options"]["variant"] == ""
     if target.startswith("keras"):                         # the training step's own first loss, checked too
         assert rec["checks"]["step_loss"]["ok"] and rec["checks"]["step_loss"]["rel_diff"] <= 1e-4
+    fast = "--xla_backend_optimization_level=0"          # smoke on a CPU: XLA compiles with LLVM's optimisation off
+    if target.startswith("jax") or target == "keras-jax":
+        assert fast in rec["options"]["xla_flags"], rec["options"]["xla_flags"]
+    elif target.startswith("keras"):
+        assert fast not in str(rec["options"]["xla_flags"]), rec["options"]["xla_flags"]   # JAX's flag alone
     if target.startswith("jax"):
         xla = rec["options"]["xla_compilations"]
         assert xla["epoch"] == 0, xla                      # the timed pass compiles nothing

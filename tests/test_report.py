@@ -296,6 +296,12 @@ def test_variant_of_a_record_without_row_of_record():
     assert not report_records.is_variant(fixture_record("keras-jax", "Keras 3", [1.0] * 4, 10.0))
 
 
+def test_a_row_compiled_fast_says_so_in_its_name():
+    rec = fixture_record("jax", "JAX", [1.0] * 4, 10.0, options={"xla_flags": "--xla_backend_optimization_level=0"})
+    assert report_records.row_name(rec) == "jax (LLVM -O0)"
+    assert report_records.row_name(fixture_record("jax", "JAX", [1.0] * 4, 10.0, options={"xla_flags": None})) == "jax"
+
+
 def test_flop_unit_by_magnitude():
     assert report_records.flop_unit([3e9, 9e11]) == (1e9, "GFLOP/s")
     assert report_records.flop_unit([3e9, 1.2e12]) == (1e12, "TFLOP/s")

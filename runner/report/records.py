@@ -30,11 +30,17 @@ def dp_label(rec: dict) -> str:
     return ", ".join(parts)
 
 
+#: what a record's options.xla_flags holds when XLA compiled fast (smoke on a CPU): its speed says nothing
+FAST_COMPILE_FLAG = "--xla_backend_optimization_level=0"
+
+
 def row_name(rec: dict) -> str:
-    """The row's target, with its data-parallel setting and *as installed* where they apply:
-    ``mxnet (2 workers, dist_sync, 2 hosts)``, ``pytorch (as installed)``."""
+    """The row's target, with its data-parallel setting, *LLVM -O0* and *as installed* where they apply:
+    ``mxnet (2 workers, dist_sync, 2 hosts)``, ``jax (LLVM -O0)``, ``pytorch (as installed)``."""
     dp = dp_label(rec)
-    return rec["target"] + (" (%s)" % dp if dp else "") + (" (as installed)" if rec.get("as_is") else "")
+    fast = FAST_COMPILE_FLAG in str((rec.get("options") or {}).get("xla_flags") or "")
+    return rec["target"] + (" (%s)" % dp if dp else "") + (" (LLVM -O0)" if fast else "") + \
+        (" (as installed)" if rec.get("as_is") else "")
 
 
 def _label(rec: dict) -> str:
