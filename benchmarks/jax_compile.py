@@ -16,9 +16,10 @@ import of JAX, and nothing a setting compiled or autotuned carries into the next
 - ``autotune0``: ``threads`` with ``XLA_FLAGS=--xla_gpu_autotune_level=0`` (no autotuning: the libraries'
   default kernels);
 
-and, for each, the median of ``--steps`` training steps per shape on random data (what a lever costs in speed).  The
+and, for each, the median of ``--steps`` training steps per shape (what a lever costs in speed).  The
 model, loss, optimizer and training step are the notebook's own cells (sections 4, 6 and 7), at ``--precision``;
-the shapes are ``--lengths`` seconds of the preset's batches.  It prints a table and writes ``--out`` (JSON).
+the shapes are ``--lengths`` seconds of the preset's batches.  It prints a line per setting and rewrites ``--out``
+(JSON) after each, so a call stopped at its time limit keeps the settings that finished.
 """
 import argparse
 import json
@@ -133,6 +134,14 @@ def main(argv=None):
     if unknown:
         p.error("--settings: unknown %s; choose from %s" % (", ".join(unknown), ", ".join(SETTINGS)))
     results = {}
+
+    def write():                  # after every setting: a call stopped at its limit keeps what finished
+        if args.out:
+            with open(args.out + ".partial", "w") as f:
+                json.dump({"benchmark": "jax_compile", "preset": args.preset, "precision": args.precision,
+                           "lengths": lengths, "results": results}, f, indent=1)
+            os.replace(args.out + ".partial", args.out)
+
     for name in args.settings.split(","):
         env = dict(os.environ, JAX_ENABLE_COMPILATION_CACHE="false")
         flags = SETTINGS[name]["xla_flags"]
@@ -145,6 +154,7 @@ def main(argv=None):
         if proc.returncode or not lines:
             results[name] = {"error": proc.stdout[-2000:], "exit": proc.returncode}
             print("%-10s failed (exit %s): %s" % (name, proc.returncode, proc.stdout.strip().splitlines()[-1:]))
+            write()
             continue
         results[name] = dict(json.loads(lines[-1][7:]), xla_flags=env["XLA_FLAGS"],
                              process_s=time.perf_counter() - t)
@@ -154,10 +164,7 @@ def main(argv=None):
                  "-" if r["first_s"] is None else "%.1f s" % r["first_s"], r["lower_s"],
                  " ".join("%ss %.1f" % (s, ms) for s, ms in sorted(r["step_ms_median"].items(), key=lambda kv:
                                                                     int(kv[0])))), flush=True)
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"benchmark": "jax_compile", "preset": args.preset, "precision": args.precision,
-                       "lengths": lengths, "results": results}, f, indent=1)
+        write()
     return 0 if all("error" not in r for r in results.values()) else 1
 
 
