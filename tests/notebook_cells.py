@@ -103,9 +103,9 @@ EVERY_PART = ["forward", "onnx", "export"]
 
 def settings_names():
     """What a settings cell reads besides its parameters, as the environment cell imports it (no framework)."""
-    from common import parallel, spec
+    from common import envinfo, parallel, spec
     return dict(os=os, parallel=parallel, get_preset=spec.get_preset, check_precision=spec.check_precision,
-                check_skip=spec.check_skip, is_learn_preset=spec.is_learn_preset)
+                check_skip=spec.check_skip, is_learn_preset=spec.is_learn_preset, nvidia_smi_gpus=envinfo.gpus)
 
 
 def _skip_line(notebook, tag):
