@@ -173,3 +173,8 @@ def host_peak_rss_bytes() -> Optional[int]:
         return None
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(rss) * (1 if sys.platform == "darwin" else 1024)
+
+
+def device_slug(name: str) -> str:
+    """A device's name as the records' file names spell it: ``NVIDIA H200`` -> ``nvidia-h200``."""
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")

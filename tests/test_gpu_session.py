@@ -19,7 +19,7 @@ import uuid
 
 import pytest
 
-from common.envinfo import cpu_model
+from common.envinfo import cpu_model, device_slug
 from runner.envs import framework_envs
 from runner.envs.bootstrap import env_python
 from runner.envs.definitions import ENVS
@@ -27,7 +27,6 @@ from tests.conftest import ROOT
 
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 import gpu_session  # noqa: E402
-import import_session  # noqa: E402
 
 SCRIPT = os.path.join(ROOT, "tools", "gpu_session.py")
 CARD = "NVIDIA H100 80GB HBM3"
@@ -160,7 +159,7 @@ def test_import_session_brings_the_tarball_into_a_results_directory(session, tmp
     original = dict(session["record"], run=dict(session["record"]["run"]))
     del original["run"]["executed_notebook"]
     assert rec == original                                              # the run's record as it wrote it
-    slug = import_session.card_slug(cpu_model())
+    slug = device_slug(cpu_model())
     assert json.loads((res / "latency" / ("%s.json" % slug)).read_text())["device"]["name"] == cpu_model()
     assert not (res / "logs").exists()
     assert sorted(proc.stdout.split()) == sorted(

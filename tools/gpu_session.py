@@ -105,10 +105,9 @@ PACKAGES = ("torch", "jax", "jaxlib", "flax", "optax", "keras", "numpy", "onnx",
 
 
 # ---- estimates and the deadline ---------------------------------------------------------------------------------
-def committed_walls(records_dir: str, target: str, precision: str, preset: str, batch_size: int,
-                    device_type: str) -> List[Tuple[float, str]]:
-    """(run.wall_s, file name) of every record in ``records_dir`` of this row that ran ok on one process with
-    this preset, precision, batch size, the preset's scale and this kind of device."""
+def ok_records(records_dir: str, preset: str, batch_size: int) -> List[Tuple[str, dict]]:
+    """(path, record) of every record in ``records_dir`` that ran ok on one process with this preset, batch size
+    and the preset's scale; an unreadable file is left out."""
     out = []
     scale = get_preset(preset).scale
     for path in sorted(glob.glob(os.path.join(records_dir, "*.json"))):
@@ -117,13 +116,21 @@ def committed_walls(records_dir: str, target: str, precision: str, preset: str, 
                 rec = json.load(f)
         except (OSError, ValueError):
             continue
-        if not isinstance(rec, dict):
-            continue
+        if (isinstance(rec, dict) and rec.get("status") == "ok" and rec.get("preset") == preset
+                and rec.get("batch_size") == batch_size and rec.get("scale") == scale and not rec.get("distributed")):
+            out.append((path, rec))
+    return out
+
+
+def committed_walls(records_dir: str, target: str, precision: str, preset: str, batch_size: int,
+                    device_type: str) -> List[Tuple[float, str]]:
+    """(run.wall_s, file name) of every record in ``records_dir`` of this row that ran ok on one process with
+    this preset, precision, batch size, the preset's scale and this kind of device."""
+    out = []
+    for path, rec in ok_records(records_dir, preset, batch_size):
         wall = (rec.get("run") or {}).get("wall_s")
-        if (rec.get("status") == "ok" and rec.get("target") == target and rec.get("precision") == precision
-                and rec.get("preset") == preset and rec.get("batch_size") == batch_size and rec.get("scale") == scale
-                and (rec.get("device") or {}).get("type") == device_type and not rec.get("distributed")
-                and isinstance(wall, (int, float))):
+        if (rec.get("target") == target and rec.get("precision") == precision
+                and (rec.get("device") or {}).get("type") == device_type and isinstance(wall, (int, float))):
             out.append((float(wall), os.path.basename(path)))
     return out
 
@@ -152,18 +159,8 @@ def gaps_first(rows: List[Tuple[str, str]], card: str, preset: str, batch_size: 
     """The default rows, those without a committed record that ran ok on this card (its name, as the records give
     it) with this preset and batch size first, each group in its order: a session fills the table's gaps before it
     measures a row again."""
-    scale = get_preset(preset).scale
-    done = set()
-    for path in glob.glob(os.path.join(records_dir, "*.json")):
-        try:
-            with open(path) as f:
-                rec = json.load(f)
-        except (OSError, ValueError):
-            continue
-        if (isinstance(rec, dict) and rec.get("status") == "ok" and (rec.get("device") or {}).get("name") == card
-                and rec.get("preset") == preset and rec.get("batch_size") == batch_size
-                and rec.get("scale") == scale and not rec.get("distributed")):
-            done.add((rec.get("target"), rec.get("precision")))
+    done = {(rec.get("target"), rec.get("precision")) for _, rec in ok_records(records_dir, preset, batch_size)
+            if (rec.get("device") or {}).get("name") == card}
     return [r for r in rows if r not in done] + [r for r in rows if r in done]
 
 

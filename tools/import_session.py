@@ -21,7 +21,6 @@ that is not a run's record, a tarball with neither records nor latency figures.
 """
 import json
 import os
-import re
 import sys
 import tarfile
 from typing import Dict, List, Tuple
@@ -29,6 +28,7 @@ from typing import Dict, List, Tuple
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from common.envinfo import device_slug  # noqa: E402
 from common.results import atomic_write_text  # noqa: E402
 from runner import validate  # noqa: E402
 
@@ -39,11 +39,6 @@ FOLDERS = ("records", "notebooks", "logs", "latency")
 
 class Refused(Exception):
     pass
-
-
-def card_slug(name: str) -> str:
-    """A card's name as the records' file names spell it: ``NVIDIA H200`` -> ``nvidia-h200``."""
-    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
 
 
 def read_session(tar_path: str) -> Tuple[Dict[str, dict], Dict[str, bytes], List[dict]]:
@@ -110,7 +105,7 @@ def import_session(tar_path: str, results_dir: str) -> List[str]:
         atomic_write_text(path, json.dumps(rec, indent=1, ensure_ascii=False) + "\n")
         written.append(path)
     for report in latency:
-        path = os.path.join(results_dir, "latency", card_slug(report["device"]["name"]) + ".json")
+        path = os.path.join(results_dir, "latency", device_slug(report["device"]["name"]) + ".json")
         os.makedirs(os.path.dirname(path), exist_ok=True)
         atomic_write_text(path, json.dumps(report, indent=1) + "\n")
         written.append(path)

@@ -385,8 +385,8 @@ def speed_section(records: List[dict], latency: Optional[dict] = None) -> str:
         "- % of matmul peak: achieved over the same notebook's measured square matrix-product rate at the same "
         "precision. % of shape roofline: achieved over the rate the step would reach if each product ran at the "
         "rate measured for its shape (the peaks below); over 100 where a fused RNN kernel (cuDNN's) runs the "
-        "recurrent products faster than one product of that shape alone. % of latency roofline (where the card's latency figures "
-        "are in the results directory's latency/): audio s/s over the bound that the recurrence's dependent steps "
+        "recurrent products faster than one product of that shape alone. % of latency roofline (where the card's "
+        "latency figures are in the results directory's latency/): audio s/s over the bound that the recurrence's dependent steps "
         "and the card's product rate give (docs/benchmark.md, the latency-aware roofline).",
         "- Row of record \u00f7 fastest variant: below 1, a variant is faster. A dash: not measured or not "
         "applicable. How the FLOPs are counted: docs/benchmark.md.", ""]))

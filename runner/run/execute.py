@@ -8,7 +8,6 @@ check, out of memory, timeout, interruption -- gets a record with status "failed
 """
 import logging
 import os
-import re
 import subprocess
 import sys
 import time
@@ -58,7 +57,7 @@ class RunOptions:
     def device_slug(self) -> str:
         if self.device == "cpu" or not self.gpu:
             return self.device
-        return re.sub(r"[^a-z0-9]+", "-", self.gpu.get("name", "gpu").lower()).strip("-")
+        return envinfo.device_slug(self.gpu.get("name", "gpu"))
 
 
 def git_commit() -> Optional[str]:
