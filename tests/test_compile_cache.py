@@ -79,6 +79,16 @@ def test_tf_xla_flags_add_the_persistent_cache_once():
     assert tf_xla_flags("", "/my cache/tf") == "" and tf_xla_cache_dir("") is None   # TF splits at whitespace
 
 
+def test_fast_compile_flag_is_added_once_and_a_users_level_kept():
+    assert compile_cache.fast_compile_xla_flags(None) == "--xla_backend_optimization_level=0"
+    assert compile_cache.fast_compile_xla_flags(" --xla_dump_to=/tmp/d ") == \
+        "--xla_dump_to=/tmp/d --xla_backend_optimization_level=0"
+    mine = "--xla_backend_optimization_level=2"
+    assert compile_cache.fast_compile_xla_flags(mine) == mine
+    once = compile_cache.fast_compile_xla_flags(None)
+    assert compile_cache.fast_compile_xla_flags(once) == once
+
+
 def test_cache_files_counts_files(tmp_path):
     assert cache_files(None) == 0 and cache_files(str(tmp_path / "missing")) == 0
     (tmp_path / "a.pb").write_bytes(b"x")

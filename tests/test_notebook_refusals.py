@@ -13,7 +13,7 @@ import types
 
 import pytest
 
-from common import envinfo
+from common import compile_cache, envinfo
 from runner.dp.launchers import LAUNCHERS, TARGET_LAUNCHERS
 from tests.notebook_cells import Touched, run_cell, settings_names, tagged_source
 
@@ -102,7 +102,7 @@ def test_keras_on_torch_and_tensorflow_refuses_two_workers_in_one_line_before_ke
 def test_keras_settings_accept_what_they_do_not_refuse(launched, backend, workers):
     """Every check passes and the cell picks the backend, then reaches Keras (its imports left out here)."""
     launched("keras-" + backend, workers)
-    environ, stop = settings(KERAS, whole=False, backend=backend, workers=workers)
+    environ, stop = settings(KERAS, whole=False, backend=backend, workers=workers, compile_cache=compile_cache)
     assert isinstance(stop, Touched) and str(stop) == "keras.backend", repr(stop)
     expected = {"KERAS_BACKEND": backend}
     if backend == "jax" and not envinfo.gpus():           # smoke on a CPU: XLA compiles fast (section 2)

@@ -6,6 +6,7 @@ from typing import List, Optional
 
 import numpy as np
 
+from common.compile_cache import FAST_COMPILE_FLAG
 from common.flops import shape_roofline
 from common.spec import PRESETS, UTTERANCE_SECONDS, DS2Config
 
@@ -28,10 +29,6 @@ def dp_label(rec: dict) -> str:
     if len(hosts) > 1:
         parts.append("%d hosts" % len(hosts))
     return ", ".join(parts)
-
-
-#: what a record's options.xla_flags holds when XLA compiled fast (smoke on a CPU): its speed says nothing
-FAST_COMPILE_FLAG = "--xla_backend_optimization_level=0"
 
 
 def row_name(rec: dict) -> str:
