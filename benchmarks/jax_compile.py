@@ -15,6 +15,10 @@ import of JAX, and nothing a setting compiled or autotuned carries into the next
   the shapes share is tuned once);
 - ``autotune0``: ``threads`` with ``XLA_FLAGS=--xla_gpu_autotune_level=0`` (no autotuning: the libraries'
   default kernels);
+- ``dump``: ``threads``, and XLA writes what it autotuned to a file (``--xla_gpu_dump_autotune_results_to``);
+- ``loaded``: ``threads`` in a fresh process that reads that file first (``--xla_gpu_load_autotune_results_from``):
+  the warm-up a user would see if the project shipped the card's autotuning results (run after ``dump``; on a CPU,
+  where XLA autotunes nothing and writes no file, it is skipped with that reason);
 
 and, for each, the median of ``--steps`` training steps per shape (what a lever costs in speed).  The
 model, loss, optimizer and training step are the notebook's own cells (sections 4, 6 and 7), at ``--precision``;
@@ -24,8 +28,10 @@ the shapes are ``--lengths`` seconds of the preset's batches.  It prints a line 
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -35,7 +41,24 @@ SETTINGS = {
     "threads": {"threads": None, "first": False, "xla_flags": ""},
     "first": {"threads": None, "first": True, "xla_flags": ""},
     "autotune0": {"threads": None, "first": False, "xla_flags": "--xla_gpu_autotune_level=0"},
+    "dump": {"threads": None, "first": False, "xla_flags": "--xla_gpu_dump_autotune_results_to={autotune}"},
+    "loaded": {"threads": None, "first": False, "xla_flags": "--xla_gpu_load_autotune_results_from={autotune}"},
 }
+#: the autotuning results ``dump`` writes and ``loaded`` reads (text format: XLA picks it by the file's extension)
+AUTOTUNE_FILE = "autotune_results.textproto"
+
+
+def setting_flags(name: str, autotune_file: str) -> str:
+    """The XLA_FLAGS a setting adds, with the autotuning results' file filled in."""
+    return SETTINGS[name]["xla_flags"].format(autotune=autotune_file)
+
+
+def autotune_summary(path: str) -> dict:
+    """What ``dump`` left at ``path``: its size, the number of results in it, and its text (for the JSON, so that
+    a device call returns it inside the one file)."""
+    with open(path) as f:
+        text = f.read()
+    return {"bytes": len(text.encode()), "results": text.count("results {"), "textproto": text}
 
 
 def measure(preset, precision, lengths, threads, first, steps):
@@ -134,6 +157,8 @@ def main(argv=None):
     if unknown:
         p.error("--settings: unknown %s; choose from %s" % (", ".join(unknown), ", ".join(SETTINGS)))
     results = {}
+    workdir = tempfile.mkdtemp(prefix="ds2-jax-compile-")        # the autotuning results between dump and loaded
+    autotune_file = os.path.join(workdir, AUTOTUNE_FILE)
 
     def write():                  # after every setting: a call stopped at its limit keeps what finished
         if args.out:
@@ -143,8 +168,15 @@ def main(argv=None):
             os.replace(args.out + ".partial", args.out)
 
     for name in args.settings.split(","):
+        if name == "loaded" and not os.path.exists(autotune_file):
+            why = ("no autotuning results to load: `dump` did not run before it" if "dump" not in results else
+                   "no autotuning results to load: XLA wrote none in `dump` (it autotunes on a GPU only)")
+            results[name] = {"skipped": why}
+            print("%-10s skipped: %s" % (name, why), flush=True)
+            write()
+            continue
         env = dict(os.environ, JAX_ENABLE_COMPILATION_CACHE="false")
-        flags = SETTINGS[name]["xla_flags"]
+        flags = setting_flags(name, autotune_file)
         env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " " + flags).strip()
         t = time.perf_counter()
         proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--measure", name, "--preset", args.preset,
@@ -158,13 +190,21 @@ def main(argv=None):
             continue
         results[name] = dict(json.loads(lines[-1][7:]), xla_flags=env["XLA_FLAGS"],
                              process_s=time.perf_counter() - t)
+        if name == "dump":
+            results[name]["autotune_results"] = (autotune_summary(autotune_file) if os.path.exists(autotune_file)
+                                                 else None)
         r = results[name]
         print("%-10s %d programs: compile %6.1f s wall (%6.1f s summed, first alone %s), lower %.1f s; step ms %s"
               % (name, r["programs"], r["compile_wall_s"], r["compile_s_summed"],
                  "-" if r["first_s"] is None else "%.1f s" % r["first_s"], r["lower_s"],
                  " ".join("%ss %.1f" % (s, ms) for s, ms in sorted(r["step_ms_median"].items(), key=lambda kv:
                                                                     int(kv[0])))), flush=True)
+        if name == "dump":
+            a = r["autotune_results"]
+            print("%-10s autotuning results: %s" % ("", "none written (XLA autotunes on a GPU only)" if a is None else
+                                                     "%d in %d bytes" % (a["results"], a["bytes"])), flush=True)
         write()
+    shutil.rmtree(workdir, ignore_errors=True)
     return 0 if all("error" not in r for r in results.values()) else 1
 
 

@@ -1,6 +1,7 @@
 """benchmarks/jax_compile.py on the CPU: the JAX notebook's training step compiled for the smoke preset's 2-s and 8-s
 batches (the first alone, then the other on the thread pool), in a child process with XLA's persistent cache off,
-and the JSON it writes: a check of the script a GPU session runs (docs/gpus.md), not a measurement."""
+and the JSON it writes: a check of the script a GPU session runs (docs/gpus.md), not a measurement.  The
+autotuning settings (``dump``, ``loaded``) do something on a GPU only: here, their flags and their refusal."""
 import json
 import os
 import subprocess
@@ -19,7 +20,7 @@ def test_jax_compile_smoke_writes_the_settings_figures(tmp_path):
                     % JAX_PYTHON)
     out = tmp_path / "jax_compile.json"
     proc = subprocess.run([JAX_PYTHON, os.path.join(ROOT, "benchmarks", "jax_compile.py"), "--preset", "smoke",
-                           "--lengths", "2,8", "--settings", "first", "--steps", "1", "--out", str(out)], cwd=ROOT,
+                           "--lengths", "2,8", "--settings", "first,loaded", "--steps", "1", "--out", str(out)], cwd=ROOT,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:]
     report = json.loads(out.read_text())
@@ -29,3 +30,19 @@ def test_jax_compile_smoke_writes_the_settings_figures(tmp_path):
     assert first["compile_s_summed"] > 0 and sorted(first["step_ms_median"]) == ["2", "8"]
     assert all(ms > 0 for ms in first["step_ms_median"].values())
     assert "first " in proc.stdout and "2 programs" in proc.stdout
+    # `loaded` reads what `dump` wrote; without it, it is skipped with the reason, and nothing is started for it
+    assert report["results"]["loaded"] == {"skipped": "no autotuning results to load: `dump` did not run before it"}
+
+
+def test_the_autotuning_settings_name_the_file_one_writes_and_the_other_reads(tmp_path):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("jax_compile", os.path.join(ROOT, "benchmarks", "jax_compile.py"))
+    jc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(jc)
+    path = str(tmp_path / jc.AUTOTUNE_FILE)
+    assert jc.setting_flags("dump", path) == "--xla_gpu_dump_autotune_results_to=" + path
+    assert jc.setting_flags("loaded", path) == "--xla_gpu_load_autotune_results_from=" + path
+    assert jc.setting_flags("threads", path) == ""
+    (tmp_path / jc.AUTOTUNE_FILE).write_text("version: 3\nresults {\n  device: \"x\"\n}\nresults {\n}\n")
+    summary = jc.autotune_summary(path)
+    assert summary["results"] == 2 and summary["bytes"] == len(summary["textproto"]) > 0
