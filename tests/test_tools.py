@@ -1,5 +1,6 @@
 """The developer check of the GPU environments (tools/check_gpu_envs.py) without building any: which
-libraries it looks at, which missing ones it forgives (the driver's), and the library path it uses."""
+libraries it looks at, which missing ones it forgives (the driver's), and the library path it uses; the AVX2-only
+wrapper; tools/compare_runs.py (the same rows on two machines)."""
 import os
 import shutil
 import sys
@@ -76,3 +77,40 @@ def test_avx2_only_hides_avx512_from_the_runner_and_caps_the_libraries():
     refused = subprocess.run([os.path.join(ROOT, "tools", "avx2_only.sh")], stderr=subprocess.PIPE,
                              universal_newlines=True)
     assert refused.returncode == 2 and refused.stderr.startswith("usage: tools/avx2_only.sh")
+
+
+# ---- tools/compare_runs.py: the same rows on two machines ------------------------------------------------------
+def _write_record(folder, name, machine, wall, warmup, speed, status="ok"):
+    import json
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / (name + ".json")).write_text(json.dumps({
+        "status": status, "device": {"type": "cpu", "name": machine}, "run": {"wall_s": wall},
+        "timing": {"warmup_s": warmup, "audio_s_per_s": speed}}))
+
+
+def test_compare_runs_puts_the_rows_both_ran_side_by_side_with_their_ratios(tmp_path, capsys):
+    import compare_runs
+    a, b = tmp_path / "a", tmp_path / "b"
+    _write_record(a, "pytorch_smoke_fp32_bs8_cpu", "AMD EPYC", 60.0, 3.0, 200.0)
+    _write_record(b, "pytorch_smoke_fp32_bs8_cpu", "Xeon", 30.0, 2.0, 400.0)
+    _write_record(a, "jax_smoke_fp32_bs8_cpu", "AMD EPYC", 40.0, 20.0, 100.0)
+    _write_record(b, "jax_smoke_fp32_bs8_cpu", "Xeon", 40.0, 20.0, 100.0, status="failed")   # not compared
+    _write_record(a, "mxnet_smoke_fp32_bs8_cpu", "AMD EPYC", 10.0, 1.0, 50.0)                 # A only
+    assert compare_runs.main([str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("A: AMD EPYC (%s); B: Xeon (%s)" % (a, b))
+    assert "| pytorch_smoke_fp32_bs8_cpu | 60.0 | 30.0 | 2.00 | 3.0 | 2.0 | 1.50 | 200.0 | 400.0 | 2.00 |" in out
+    assert "jax_" not in out and "mxnet_" not in out and "| all (1) | 60.0 | 30.0 | 2.00 |" in out
+
+
+def test_compare_runs_refuses_a_missing_folder_and_folders_with_nothing_in_common(tmp_path, capsys):
+    import compare_runs
+    _write_record(tmp_path / "a", "pytorch_smoke_fp32_bs8_cpu", "A", 1.0, 1.0, 1.0)
+    _write_record(tmp_path / "b", "jax_smoke_fp32_bs8_cpu", "B", 1.0, 1.0, 1.0)
+    assert compare_runs.main([str(tmp_path / "a"), str(tmp_path / "nope")]) == 2
+    assert compare_runs.main([str(tmp_path / "a"), str(tmp_path / "b")]) == 2
+    assert compare_runs.main([str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "compare_runs.py: error: no folder %s" % (tmp_path / "nope")
+    assert err[1].startswith("compare_runs.py: error: no ok record of the same name in ")
+    assert err[2] == "usage: compare_runs.py RECORDS_A RECORDS_B"

@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""The same rows run on two machines, side by side: each row's wall time, warm-up and speed, and their ratio.
+
+    python tools/compare_runs.py results/records results/experiments/smoke_xeon_b26da18/records
+
+Compares the records of the same file name (row, preset, precision, batch size) in the two record folders and
+prints a Markdown table: the notebook's wall time (``run.wall_s``), its warm-up (``timing.warmup_s``), its audio
+seconds per second, each as A, B and A / B, and the totals of the wall times.  Each column is named by the machine
+its record names (``device.name``).  Exit status 2 (one line) for a missing folder or no record in common.
+"""
+import json
+import os
+import sys
+
+PROG = "compare_runs.py"
+
+
+def _records(folder):
+    out = {}
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".json"):
+            with open(os.path.join(folder, name)) as f:
+                rec = json.load(f)
+            if rec.get("status") == "ok":
+                out[name] = rec
+    return out
+
+
+def _ratio(a, b):
+    return "%.2f" % (a / b) if a and b else "-"
+
+
+def _num(x):
+    return "-" if x is None else "%.1f" % x
+
+
+def compare(folder_a, folder_b):
+    """The Markdown table of the rows both folders ran ok."""
+    a, b = _records(folder_a), _records(folder_b)
+    common = [n for n in a if n in b]
+    if not common:
+        raise ValueError("no ok record of the same name in %s and %s" % (folder_a, folder_b))
+    name_a = a[common[0]]["device"].get("name") or folder_a
+    name_b = b[common[0]]["device"].get("name") or folder_b
+    lines = ["A: %s (%s); B: %s (%s)" % (name_a, folder_a, name_b, folder_b), "",
+             "| row | wall s A | wall s B | A / B | warm-up s A | warm-up s B | A / B | audio-s/s A | audio-s/s B "
+             "| B / A |", "|---|---|---|---|---|---|---|---|---|---|"]
+    totals = [0.0, 0.0]
+    for n in common:
+        ra, rb = a[n], b[n]
+        wa, wb = ra["run"]["wall_s"], rb["run"]["wall_s"]
+        ua, ub = ra["timing"].get("warmup_s"), rb["timing"].get("warmup_s")
+        sa, sb = ra["timing"].get("audio_s_per_s"), rb["timing"].get("audio_s_per_s")
+        totals[0] += wa
+        totals[1] += wb
+        lines.append("| %s | %.1f | %.1f | %s | %s | %s | %s | %s | %s | %s |" % (
+            n[:-len(".json")], wa, wb, _ratio(wa, wb), _num(ua), _num(ub), _ratio(ua, ub), _num(sa), _num(sb),
+            _ratio(sb, sa)))
+    lines.append("| all (%d) | %.1f | %.1f | %s | | | | | | |" % (len(common), totals[0], totals[1],
+                                                                 _ratio(totals[0], totals[1])))
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 2 or argv[0].startswith("-"):
+        print("usage: %s RECORDS_A RECORDS_B" % PROG, file=sys.stderr)
+        return 2
+    for folder in argv:
+        if not os.path.isdir(folder):
+            print("%s: error: no folder %s" % (PROG, folder), file=sys.stderr)
+            return 2
+    try:
+        print(compare(*argv))
+    except ValueError as e:
+        print("%s: error: %s" % (PROG, e), file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
