@@ -35,6 +35,16 @@ def fixture_record(target, framework, losses, speed, precision="fp32", device="A
     return rec
 
 
+@pytest.fixture(autouse=True)
+def _plots_where_a_test_looks_at_them(request, monkeypatch):
+    """Drawing the plots is most of a page's time (about a second a page, the CI's largest share of this file):
+    the tests that look at the plots (marked ``plots``) draw them; the others get the page as for records with
+    nothing to plot (no image lines), which changes none of the tables they check."""
+    if request.node.get_closest_marker("plots") is None:
+        monkeypatch.setattr(render, "_make_plots", lambda records, controls, plots_dir: dict.fromkeys(plots.PLOTS,
+                                                                                                       False))
+
+
 #: the fixture records' loss trajectory: three warm-up losses, then the timed pass's
 LOSSES = [65.5, 120.0, 118.0, 60.0, 90.0, 88.0, 70.0, 66.0, 64.0, 62.0, 61.0, 60.5]
 
@@ -82,6 +92,7 @@ def test_page_from_fixture_records(records_dir, tmp_path):
     assert "cudnn 91000" in md
 
 
+@pytest.mark.plots
 def test_plots_are_written_non_empty_and_embedded(records_dir, tmp_path):
     out = str(tmp_path / "results.md")
     render.write(str(records_dir), out, "cmd", None)
@@ -95,6 +106,7 @@ def test_plots_are_written_non_empty_and_embedded(records_dir, tmp_path):
     assert not [p for p in (records_dir / "plots").iterdir() if "partial" in p.name]
 
 
+@pytest.mark.plots
 def test_no_completed_runs(tmp_path):
     d = tmp_path / "records"
     d.mkdir()
@@ -264,6 +276,7 @@ def test_where_the_time_goes(efficiency_dir, tmp_path):
     assert header.index("convolution %") < header.index("rnn %") < header.index("other %")
 
 
+@pytest.mark.plots
 def test_flops_and_batch_size_plots(efficiency_dir, tmp_path):
     out = str(tmp_path / "results.md")
     render.write(str(efficiency_dir), out, "cmd", None)
@@ -279,6 +292,7 @@ def test_flops_and_batch_size_plots(efficiency_dir, tmp_path):
     assert series[("jax", "fp32")] == [(8, 400.0)]
 
 
+@pytest.mark.plots
 def test_records_without_the_new_sections_render_with_dashes(records_dir, tmp_path):
     md = render.render(str(records_dir), "cmd", None, str(tmp_path / "results.md"))
     assert "_No record has a measured matmul peak._" in md and "_No record has a profile section._" in md
@@ -576,6 +590,7 @@ def test_the_third_line_names_the_report_and_its_records(tmp_path):
         "record(s)" in line
 
 
+@pytest.mark.plots
 def test_readme_copy_of_the_summary_is_rewritten_between_its_markers(tmp_path, records_dir):
     page = render.render(str(records_dir), "python -m runner.report", "abc", str(tmp_path / "results.md"))
     block = render.summary_block(page)
