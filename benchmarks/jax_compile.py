@@ -15,7 +15,8 @@ import of JAX, and nothing a setting compiled or autotuned carries into the next
   the shapes share is tuned once);
 - ``autotune0``: ``threads`` with ``XLA_FLAGS=--xla_gpu_autotune_level=0`` (no autotuning: the libraries'
   default kernels);
-- ``dump``: ``threads``, and XLA writes what it autotuned to a file (``--xla_gpu_dump_autotune_results_to``);
+- ``dump``: ``serial``, and XLA writes what it autotuned to a file (``--xla_gpu_dump_autotune_results_to``; each
+  compilation writes the file whole, so they go one at a time: two writing at once could mix it);
 - ``loaded``: ``threads`` in a fresh process that reads that file first (``--xla_gpu_load_autotune_results_from``):
   the warm-up a user would see if the project shipped the card's autotuning results (run after ``dump``; on a CPU,
   where XLA autotunes nothing and writes no file, it is skipped with that reason);
@@ -41,7 +42,7 @@ SETTINGS = {
     "threads": {"threads": None, "first": False, "xla_flags": ""},
     "first": {"threads": None, "first": True, "xla_flags": ""},
     "autotune0": {"threads": None, "first": False, "xla_flags": "--xla_gpu_autotune_level=0"},
-    "dump": {"threads": None, "first": False, "xla_flags": "--xla_gpu_dump_autotune_results_to={autotune}"},
+    "dump": {"threads": 1, "first": False, "xla_flags": "--xla_gpu_dump_autotune_results_to={autotune}"},
     "loaded": {"threads": None, "first": False, "xla_flags": "--xla_gpu_load_autotune_results_from={autotune}"},
 }
 #: the autotuning results ``dump`` writes and ``loaded`` reads (text format: XLA picks it by the file's extension)
