@@ -191,9 +191,6 @@ def main(argv=None):
             continue
         results[name] = dict(json.loads(lines[-1][7:]), xla_flags=env["XLA_FLAGS"],
                              process_s=time.perf_counter() - t)
-        if name == "dump":
-            results[name]["autotune_results"] = (autotune_summary(autotune_file) if os.path.exists(autotune_file)
-                                                 else None)
         r = results[name]
         print("%-10s %d programs: compile %6.1f s wall (%6.1f s summed, first alone %s), lower %.1f s; step ms %s"
               % (name, r["programs"], r["compile_wall_s"], r["compile_s_summed"],
@@ -201,7 +198,7 @@ def main(argv=None):
                  " ".join("%ss %.1f" % (s, ms) for s, ms in sorted(r["step_ms_median"].items(), key=lambda kv:
                                                                     int(kv[0])))), flush=True)
         if name == "dump":
-            a = r["autotune_results"]
+            a = r["autotune_results"] = autotune_summary(autotune_file) if os.path.exists(autotune_file) else None
             print("%-10s autotuning results: %s" % ("", "none written (XLA autotunes on a GPU only)" if a is None else
                                                      "%d in %d bytes" % (a["results"], a["bytes"])), flush=True)
         write()

@@ -81,11 +81,12 @@ def test_avx2_only_hides_avx512_from_the_runner_and_caps_the_libraries():
 
 # ---- tools/compare_runs.py: the same rows on two machines ------------------------------------------------------
 def _write_record(folder, name, machine, wall, warmup, speed, status="ok"):
-    import json
+    from common import results
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / (name + ".json")).write_text(json.dumps({
-        "status": status, "device": {"type": "cpu", "name": machine}, "run": {"wall_s": wall},
-        "timing": {"warmup_s": warmup, "audio_s_per_s": speed}}))
+    results.write_record(str(folder / (name + ".json")), dict(
+        schema_version=results.SCHEMA_VERSION, status=status, target=name.split("_")[0], framework="F",
+        error=None if status == "ok" else "it failed", device={"type": "cpu", "name": machine},
+        run={"wall_s": wall}, timing={"warmup_s": warmup, "audio_s_per_s": speed}))
 
 
 def test_compare_runs_puts_the_rows_both_ran_side_by_side_with_their_ratios(tmp_path, capsys):
@@ -110,7 +111,10 @@ def test_compare_runs_refuses_a_missing_folder_and_folders_with_nothing_in_commo
     assert compare_runs.main([str(tmp_path / "a"), str(tmp_path / "nope")]) == 2
     assert compare_runs.main([str(tmp_path / "a"), str(tmp_path / "b")]) == 2
     assert compare_runs.main([str(tmp_path / "a")]) == 2
+    (tmp_path / "b" / "broken.json").write_text('{"status": "ok"}')            # not a record of this schema
+    assert compare_runs.main([str(tmp_path / "a"), str(tmp_path / "b")]) == 2
     err = capsys.readouterr().err.splitlines()
     assert err[0] == "compare_runs.py: error: no folder %s" % (tmp_path / "nope")
     assert err[1].startswith("compare_runs.py: error: no ok record of the same name in ")
     assert err[2] == "usage: compare_runs.py RECORDS_A RECORDS_B"
+    assert err[3].startswith("compare_runs.py: error: record schema_version None") and len(err) == 4

@@ -6,22 +6,28 @@
 Compares the records of the same file name (row, preset, precision, batch size) in the two record folders and
 prints a Markdown table: the notebook's wall time (``run.wall_s``), its warm-up (``timing.warmup_s``), its audio
 seconds per second, each as A, B and A / B, and the totals of the wall times.  Each column is named by the machine
-its record names (``device.name``).  Exit status 2 (one line) for a missing folder or no record in common.
+its record names (``device.name``).  Exit status 2 (one line) for a missing folder, a file that is not a
+record, or no record in common.
 """
-import json
 import os
 import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from common.results import read_record  # noqa: E402
 
 PROG = "compare_runs.py"
 
 
 def _records(folder):
+    """{file name: record} of the ok records in ``folder`` (each read and checked as the report reads it: a file
+    that is not a record of this schema is an error, ValueError)."""
     out = {}
     for name in sorted(os.listdir(folder)):
-        if name.endswith(".json"):
-            with open(os.path.join(folder, name)) as f:
-                rec = json.load(f)
-            if rec.get("status") == "ok":
+        if name.endswith(".json") and not name.startswith("."):
+            rec = read_record(os.path.join(folder, name))
+            if rec["status"] == "ok":
                 out[name] = rec
     return out
 
