@@ -13,7 +13,8 @@ measurements after a warm-up.  A notebook hands over one function::
         a, b = ...
         return lambda: a @ b       # one product; its result is passed to sync()
 
-    peak = measure_matmul_peak(make_matmul, sync, matmul_shapes(cfg, P.batch_size, P.peak_square))
+    peak = measure_matmul_peak(make_matmul, sync, matmul_shapes(cfg, P.batch_size, P.peak_square),
+                               min_time_s=P.peak_time_s)
 
 and :func:`flops_section` turns the timed pass and the peak into the record's ``flops``:
 ``train`` (FLOPs of the timed pass), ``achieved_per_s``, ``peak_matmul_per_s`` (the square product),

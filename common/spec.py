@@ -236,6 +236,7 @@ class Preset:
     purpose: str
     forward_repeats: int = 3    # repeats per utterance length of the forward-only timing (median)
     peak_square: int = 4096     # side of the square matmul whose rate is the device's measured peak
+    peak_time_s: float = 0.2    # each of the peak's measurements lasts at least this (measure_matmul_peak min_time_s)
     lengths: Tuple[int, ...] = UTTERANCE_SECONDS   # the utterance lengths (s) of the data: all 15, or a few
 
     def with_overrides(self, batch_size=None, scale=None) -> "Preset":
@@ -271,7 +272,7 @@ PRESETS = {
     # cross-framework comparisons read 10.
     "smoke": Preset("smoke", SMOKE_MODEL, scale=1, batch_size=8, lengths=(1, 2, 7, 8),
                     purpose="CPU, CI and tests: same structure with small widths, 30 utterances of 4 lengths",
-                    peak_square=1024),
+                    peak_square=1024, peak_time_s=0.05),   # a correctness run: its peak frames no speed claim
     # The full model on a machine without a GPU, sized for at most ~8 minutes per framework on 2 CPU
     # cores: one utterance per percent point (100 utterances, 594 s of audio) in batches of 8, so the
     # long lengths (10-15 s) come in batches of 1-4 utterances -- their recurrence is a matrix-vector
@@ -331,7 +332,7 @@ class LearnPreset:
         of that one step, so the record keeps its sections; the learning section starts again from the canonical
         weights."""
         return Preset(self.name, self.config, scale=1, batch_size=self.batch_size, lengths=(1,), forward_repeats=1,
-                      peak_square=1024, purpose=self.purpose)
+                      peak_square=1024, peak_time_s=0.05, purpose=self.purpose)
 
 
 #: The learn width: 2 convolutions of 16 channels, 3 bidirectional ReLU RNNs of 256, fc 256 (1,362,941 canonical

@@ -119,9 +119,22 @@ def test_record_has_flops_and_a_measured_peak(smoke, target, iterator):
         [1024, 1024, 1024], [200 * 8, SMOKE.config.rnn_input_width, 32], [8, 32, 32]]
     assert all(peak[k]["flops_per_s"] > 0 for k in peak)
     assert f["peak_matmul_per_s"] == peak["square"]["flops_per_s"]
+    for k, p in peak.items():        # each measurement lasted about the preset's time (its median measurement)
+        seconds = 2.0 * np.prod(p["shape"]) * p["iterations"] / p["flops_per_s"]
+        assert seconds >= 0.3 * SMOKE.peak_time_s, (k, p, seconds)
     assert 0 < f["efficiency"] < 1.2
     assert f["theoretical_peak"]["label"] == "theoretical"
     assert rec["timing"]["forward_repeats"] == SMOKE.forward_repeats
+
+
+@pytest.mark.parametrize("notebook", sorted(n for n in os.listdir(os.path.join(ROOT, "notebooks"))
+                                      if n.endswith("_DS2.ipynb")))
+def test_every_notebook_times_its_peak_for_the_presets_time(notebook):
+    """The peak's measurements last the preset's ``peak_time_s`` (0.05 s at smoke, 0.2 s on the real presets)."""
+    with open(os.path.join(ROOT, "notebooks", notebook)) as f:
+        cells = [c for c in json.load(f)["cells"] if "rosetta:peak" in c["metadata"].get("tags", [])]
+    source = "".join(cells[0]["source"]) if len(cells) == 1 else ""
+    assert "min_time_s=P.peak_time_s)" in source and source.count("measure_matmul_peak(") == 1, notebook
 
 
 # ---- where the time goes: every notebook's profile of one step ----------------------------------------------
