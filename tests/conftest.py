@@ -82,8 +82,19 @@ def pytest_collection_modifyitems(config, items):
             config.hook.pytest_deselected(items=heavy)
             items[:] = [item for item in items if not item.get_closest_marker("full")]
             DURATIONS.deselected = len(heavy)
-    last = [item for item in items if item.get_closest_marker("last")]
-    items[:] = [item for item in items if not item.get_closest_marker("last")] + last
+    items[:] = session_order(items)
+
+
+def session_order(items):
+    """``items`` in the order they run: the modules whose tests use the runs made ahead (:class:`LanesAhead`) after
+    the others, each module whole (its module fixtures are made once) and in its own order; then the tests marked
+    ``last``."""
+    def module(item):
+        return item.nodeid.split("::")[0]
+    later = set(module(item) for item in items if any(f in getattr(item, "fixturenames", ()) for f in LANE_FIXTURES))
+    rest = [item for item in items if not item.get_closest_marker("last")]
+    return [item for item in rest if module(item) not in later] + [item for item in rest if module(item) in later] \
+        + [item for item in items if item.get_closest_marker("last")]
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -152,16 +163,40 @@ DURATIONS = Durations()
 class RunAll:
     """The outcome of one run_all.py invocation: exit status, output, records by target."""
 
-    def __init__(self, args, results_dir, _run=True):
+    #: the run_all.py processes running now, from any thread (stop_all ends them)
+    running = set()
+
+    def __init__(self, args, results_dir, _run=True, env=None):
         self.results_dir = str(results_dir)
         self.returncode, self.output = 0, ""
         if _run:
-            proc = subprocess.run(self.command(args, self.results_dir), cwd=ROOT, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, universal_newlines=True)
+            with subprocess.Popen(self.command(args, self.results_dir), cwd=ROOT, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, universal_newlines=True, env=env) as proc:
+                RunAll.running.add(proc)
+                try:
+                    self.output = proc.communicate()[0]
+                except BaseException:
+                    proc.kill()
+                    raise
+                finally:
+                    RunAll.running.discard(proc)
             self.returncode = proc.returncode
-            self.output = proc.stdout
             print(self.output)  # shown by pytest when a test fails
         self._load()
+
+    @classmethod
+    def stop_all(cls, grace=30.0):
+        """SIGTERM to every run_all.py running now (it stops its notebooks and workers), SIGKILL to any still
+        there ``grace`` s later."""
+        procs = list(cls.running)
+        for proc in procs:
+            proc.terminate()
+        deadline = time.monotonic() + grace
+        for proc in procs:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
 
     @staticmethod
     def command(args, results_dir):
@@ -176,15 +211,18 @@ class RunAll:
         return [lane[0] for lane in cls.in_lanes([[(args, results_dir)] for args in arg_lists])]
 
     @classmethod
-    def in_lanes(cls, lanes):
+    def in_lanes(cls, lanes, env=None, idle=False):
         """Lanes side by side, each a list of ``(args, results_dir)`` run one after another: their outcomes, lane by
-        lane, in the order given."""
+        lane, in the order given.  ``env``: the processes' environment (None: this one's); ``idle``: each lane at
+        idle priority (:func:`idle_priority`)."""
         import threading
         outcomes = [[] for _ in lanes]
 
         def run(lane, out):
+            if idle:
+                idle_priority()
             for args, results_dir in lane:
-                out.append(cls(args, results_dir))
+                out.append(cls(args, results_dir, env=env))
         threads = [threading.Thread(target=run, args=(lane, out)) for lane, out in zip(lanes, outcomes) if lane]
         for t in threads:
             t.start()
@@ -389,29 +427,18 @@ def _fixtures_in_use(session):
     return used
 
 
-@pytest.fixture(scope="session")
-def lane_runs(request, tmp_path_factory):
-    """The learning short run (``short``), the float64 control (``smoke_fp64``) and the bf16 runs (``smoke_bf16``;
-    ``pytorch_bf16``, tests/test_rnn_dtype.py's in the default tier),
-    made together the first time a test asks for one of them, and only those the selected tests use.  Each is
-    one or more run_all.py into its own results directory; they run in two lanes side by side, one OpenMP thread
-    per process (PyTorch's two threads beside a busy process stall at every parallel region): an XLA row's
-    learning run (compilations on one core, then its steps) in a lane of its own, everything else one after another
-    in the other.  Returns ``{name: RunAll or a skip reason}``."""
-    used = _fixtures_in_use(request.session)
-    jobs, out = [], {}                 # (name, results dir, run_all.py args, the learning row)
+def _lane_jobs(used, tmp_path_factory):
+    """The runs of :func:`lane_runs` that the tests in use (``used``: their fixtures) need: ``([(name, results dir,
+    run_all.py args, the learning row or None)], {name: why it is not made})``."""
+    jobs, out = [], {}
     if "short" in used:
         rows = learn_short_rows()
         if not rows:
             out["short"] = "none of %s is selected (DS2_TEST_FRAMEWORKS)" % ", ".join(LEARN_SHORT_ROWS)
         else:
-            corpus, why = learn_corpus("learn-smoke")                   # built once, off the notebooks' clocks
-            if corpus is None:
-                out["short"] = why
-            else:
-                d = tmp_path_factory.mktemp("learn_smoke")
-                jobs += [("short", d, ["--preset", "learn-smoke", "--device", "cpu", "--frameworks", t,
-                                       "--timeout", "900"], t) for t in rows]
+            d = tmp_path_factory.mktemp("learn_smoke")
+            jobs += [("short", d, ["--preset", "learn-smoke", "--device", "cpu", "--frameworks", t,
+                                   "--timeout", "900"], t) for t in rows]
     if "smoke_fp64" in used:
         if "pytorch" not in selected_targets():
             out["smoke_fp64"] = "the pytorch target is not selected"
@@ -431,12 +458,22 @@ def lane_runs(request, tmp_path_factory):
         else:
             jobs.append(("smoke_bf16", tmp_path_factory.mktemp("smoke_bf16"),
                          smoke_args(names, "--precision", "bf16"), None))
+    return jobs, out
+
+
+def _make_lane_runs(jobs, out, idle=False):
+    """``jobs`` (:func:`_lane_jobs`) run in two lanes, one OpenMP thread per process: ``out`` with a RunAll for each
+    name.  The learning corpus is built first (off the notebooks' clocks)."""
+    if any(j[0] == "short" for j in jobs):
+        corpus, why = learn_corpus("learn-smoke")
+        if corpus is None:
+            out["short"] = why
+            jobs = [j for j in jobs if j[0] != "short"]
     xla = [j for j in jobs if j[3] in LEARN_XLA_ROWS]
     rest = [j for j in jobs if j not in xla]
     lanes = [xla, rest] if xla else [rest[:1], rest[1:]]
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("OMP_NUM_THREADS", "1")
-        outcomes = RunAll.in_lanes([[(args, d) for _, d, args, _ in lane] for lane in lanes])
+    outcomes = RunAll.in_lanes([[(args, d) for _, d, args, _ in lane] for lane in lanes],
+                               env=dict(os.environ, OMP_NUM_THREADS="1"), idle=idle)
     done = {}
     for lane, runs in zip(lanes, outcomes):
         for (name, _, _, _), run in zip(lane, runs):
@@ -447,6 +484,89 @@ def lane_runs(request, tmp_path_factory):
         merged.returncode = max(r.returncode for r in runs)
         out[name] = merged
     return out
+
+
+def idle_priority():
+    """This thread, and every process it starts from now on, at Linux's idle priority (SCHED_IDLE): it runs only
+    on a core that nothing else wants.  False where the system has none (then nothing changed)."""
+    if not hasattr(os, "SCHED_IDLE"):
+        return False
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))      # 0: the calling thread
+    except OSError:
+        return False
+    return True
+
+
+class LanesAhead:
+    """:func:`lane_runs` made in the background from the session's first test, at idle priority: its processes take
+    only the CPU time the tests leave (most tests keep one of two cores busy), and the tests that use them run
+    last (:func:`pytest_collection_modifyitems`), by which time they are made.  Where the idle priority cannot be
+    set, nothing is made ahead: ``lane_runs`` makes them when first asked, as before."""
+
+    def __init__(self):
+        self.thread, self.result, self.error = None, None, None
+
+    def start(self, jobs, out):
+        import threading
+        if not hasattr(os, "SCHED_IDLE"):
+            return
+
+        def work():
+            try:
+                if idle_priority():
+                    self.result = _make_lane_runs(jobs, out, idle=True)
+                else:
+                    self.error = "idle priority refused"
+            except BaseException as e:                 # handed to the test that asks for the runs
+                self.error = e
+        self.thread = threading.Thread(target=work, name="lane_runs ahead", daemon=True)
+        self.thread.start()
+
+    def get(self):
+        """The runs made ahead (waiting for them), or None when none were started or they could not be made idle."""
+        if self.thread is None:
+            return None
+        self.thread.join()
+        if isinstance(self.error, BaseException):
+            raise self.error
+        return self.result
+
+    def stop(self):
+        """At the session's end: the runs still going (an interrupted or stopped session) are ended."""
+        if self.thread is not None and self.thread.is_alive():
+            RunAll.stop_all()
+            self.thread.join(timeout=60)
+
+
+LANES_AHEAD = LanesAhead()
+#: the fixtures whose tests run after every other test (the lanes are made in the background meanwhile)
+LANE_FIXTURES = ("lane_runs",)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _lanes_ahead(request, tmp_path_factory):
+    """Starts :data:`LANES_AHEAD` when a selected test uses ``lane_runs``; ends what is left at the session's end."""
+    used = _fixtures_in_use(request.session)
+    if "lane_runs" in used:
+        LANES_AHEAD.start(*_lane_jobs(used, tmp_path_factory))
+    yield
+    LANES_AHEAD.stop()
+
+
+@pytest.fixture(scope="session")
+def lane_runs(request, tmp_path_factory):
+    """The learning short run (``short``), the float64 control (``smoke_fp64``) and the bf16 runs (``smoke_bf16``;
+    ``pytorch_bf16``, tests/test_rnn_dtype.py's in the default tier), only those the selected tests use.  Each is
+    one or more run_all.py into its own results directory; they run in two lanes side by side, one OpenMP thread
+    per process (PyTorch's two threads beside a busy process stall at every parallel region): an XLA row's
+    learning run (compilations on one core, then its steps) in a lane of its own, everything else one after another
+    in the other.  Made ahead, in the background at idle priority, from the session's first test (``LanesAhead``).
+    Returns ``{name: RunAll or a skip reason}``."""
+    ahead = LANES_AHEAD.get()
+    if ahead is not None:
+        return ahead
+    return _make_lane_runs(*_lane_jobs(_fixtures_in_use(request.session), tmp_path_factory))
 
 
 def lane_run(lane_runs, name):

@@ -4,6 +4,11 @@
 teardown, less the shared session and module fixtures it happened to set up first (those serve many tests
 and are listed apart in the summary).  A slow test belongs in ``python -m tests --full`` (mark it
 ``full``), or should share a run with others (a session fixture)."""
+import os
+import subprocess
+import sys
+import threading
+
 import pytest
 
 from tests import conftest
@@ -16,11 +21,11 @@ class _Report:
 
 
 class _Item:
-    def __init__(self, nodeid, full=False):
-        self.nodeid, self._full = nodeid, full
+    def __init__(self, nodeid, full=False, fixturenames=(), last=False):
+        self.nodeid, self._full, self.fixturenames, self._last = nodeid, full, fixturenames, last
 
     def get_closest_marker(self, name):
-        return object() if name == "full" and self._full else None
+        return object() if (name == "full" and self._full) or (name == "last" and self._last) else None
 
 
 def budget_message(over):
@@ -49,6 +54,32 @@ def test_shared_fixture_setup_is_not_charged_to_the_test_that_came_first():
     d.pytest_runtest_logreport(_Report("tests/test_a.py::test_first", "call", 2.0))
     assert d.tests["tests/test_a.py::test_first"] == pytest.approx(3.0)
     assert d.over_limit() == []
+
+
+def test_the_modules_that_read_the_runs_made_ahead_run_whole_after_the_others_then_the_last_test():
+    items = [_Item("tests/test_a.py::one"), _Item("tests/test_b.py::uses", fixturenames=("tmp_path", "lane_runs")),
+             _Item("tests/test_b.py::other"), _Item("tests/test_t.py::limit", last=True), _Item("tests/test_c.py::x"),
+             _Item("tests/test_d.py::short", fixturenames=("short", "lane_runs")), _Item("tests/test_d.py::y")]
+    assert [i.nodeid for i in conftest.session_order(items)] == [
+        "tests/test_a.py::one", "tests/test_c.py::x", "tests/test_b.py::uses", "tests/test_b.py::other",
+        "tests/test_d.py::short", "tests/test_d.py::y", "tests/test_t.py::limit"]
+    plain = [i for i in items if not i.fixturenames and not i.get_closest_marker("last")]
+    assert conftest.session_order(plain) == plain
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="no SCHED_IDLE here (Linux has it): nothing is made ahead")
+def test_idle_priority_holds_for_what_the_thread_starts_and_leaves_the_others_alone():
+    out = {}
+
+    def lane():
+        out["set"] = conftest.idle_priority()
+        out["child"] = subprocess.run([sys.executable, "-c", "import os; print(os.sched_getscheduler(0))"],
+                                      stdout=subprocess.PIPE, universal_newlines=True, check=True).stdout.strip()
+    t = threading.Thread(target=lane)
+    t.start()
+    t.join()
+    assert out == {"set": True, "child": str(os.SCHED_IDLE)}
+    assert os.sched_getscheduler(0) != os.SCHED_IDLE          # this thread (the tests') keeps its priority
 
 
 @pytest.mark.last
