@@ -211,14 +211,16 @@ class RunAll:
         return [lane[0] for lane in cls.in_lanes([[(args, results_dir)] for args in arg_lists])]
 
     @classmethod
-    def in_lanes(cls, lanes, env=None, idle=False):
+    def in_lanes(cls, lanes, env=None, idle=False, tids=None):
         """Lanes side by side, each a list of ``(args, results_dir)`` run one after another: their outcomes, lane by
         lane, in the order given.  ``env``: the processes' environment (None: this one's); ``idle``: each lane at
-        idle priority (:func:`idle_priority`)."""
+        idle priority (:func:`idle_priority`); ``tids``: a list the lanes' thread ids are appended to."""
         import threading
         outcomes = [[] for _ in lanes]
 
         def run(lane, out):
+            if tids is not None:
+                tids.append(threading.get_native_id())
             if idle:
                 idle_priority()
             for args, results_dir in lane:
@@ -461,9 +463,9 @@ def _lane_jobs(used, tmp_path_factory):
     return jobs, out
 
 
-def _make_lane_runs(jobs, out, idle=False):
+def _make_lane_runs(jobs, out, idle=False, tids=None):
     """``jobs`` (:func:`_lane_jobs`) run in two lanes, one OpenMP thread per process: ``out`` with a RunAll for each
-    name.  The learning corpus is built first (off the notebooks' clocks)."""
+    name.  The learning corpus is built first (off the notebooks' clocks).  ``idle``, ``tids``: RunAll.in_lanes'."""
     if any(j[0] == "short" for j in jobs):
         corpus, why = learn_corpus("learn-smoke")
         if corpus is None:
@@ -473,7 +475,7 @@ def _make_lane_runs(jobs, out, idle=False):
     rest = [j for j in jobs if j not in xla]
     lanes = [xla, rest] if xla else [rest[:1], rest[1:]]
     outcomes = RunAll.in_lanes([[(args, d) for _, d, args, _ in lane] for lane in lanes],
-                               env=dict(os.environ, OMP_NUM_THREADS="1"), idle=idle)
+                               env=dict(os.environ, OMP_NUM_THREADS="1"), idle=idle, tids=tids)
     done = {}
     for lane, runs in zip(lanes, outcomes):
         for (name, _, _, _), run in zip(lane, runs):
@@ -498,37 +500,85 @@ def idle_priority():
     return True
 
 
+def idle_undoable():
+    """Whether this process may put a thread at idle priority and back to the normal one (Linux lets root, or a
+    RLIMIT_NICE that allows nice 0, leave SCHED_IDLE): tried on a thread of its own."""
+    import threading
+    out = []
+
+    def attempt():
+        try:
+            out.append(idle_priority() and os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0)) is None)
+        except OSError:
+            out.append(False)
+    t = threading.Thread(target=attempt)
+    t.start()
+    t.join()
+    return out == [True]
+
+
+def normal_priority(pids, tids=()):
+    """Every thread of the processes ``pids`` and of their descendants, and the threads ``tids`` of this process,
+    back at the normal priority (SCHED_OTHER); what has ended meanwhile is passed over."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open("/proc/%s/stat" % entry) as f:
+                    children.setdefault(int(f.read().rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+            except (OSError, ValueError, IndexError):
+                pass
+    todo, seen, threads = list(pids), set(), list(tids)
+    while todo:
+        pid = todo.pop()
+        if pid not in seen:
+            seen.add(pid)
+            todo += children.get(pid, [])
+            try:
+                threads += [int(t) for t in os.listdir("/proc/%d/task" % pid)]
+            except OSError:
+                pass
+    for tid in threads:
+        try:
+            os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
+        except OSError:
+            pass
+
+
 class LanesAhead:
     """:func:`lane_runs` made in the background from the session's first test, at idle priority: its processes take
-    only the CPU time the tests leave (most tests keep one of two cores busy), and the tests that use them run
-    last (:func:`pytest_collection_modifyitems`), by which time they are made.  Where the idle priority cannot be
-    set, nothing is made ahead: ``lane_runs`` makes them when first asked, as before."""
+    only the CPU time the tests leave (most tests keep one of two cores busy), and the modules that read them run
+    after the others (:func:`session_order`).  A test that asks for them before they are made puts them back at the
+    normal priority and waits (another program's load would otherwise hold them back).  Where a thread cannot leave
+    the idle priority (no SCHED_IDLE, or a user whose RLIMIT_NICE forbids it), nothing is made ahead: ``lane_runs``
+    makes them when first asked."""
 
     def __init__(self):
-        self.thread, self.result, self.error = None, None, None
+        self.thread, self.result, self.error, self.tids = None, None, None, []
 
     def start(self, jobs, out):
         import threading
-        if not hasattr(os, "SCHED_IDLE"):
+        if not idle_undoable():
             return
 
         def work():
             try:
-                if idle_priority():
-                    self.result = _make_lane_runs(jobs, out, idle=True)
-                else:
-                    self.error = "idle priority refused"
+                idle_priority()
+                self.result = _make_lane_runs(jobs, out, idle=True, tids=self.tids)
             except BaseException as e:                 # handed to the test that asks for the runs
                 self.error = e
         self.thread = threading.Thread(target=work, name="lane_runs ahead", daemon=True)
         self.thread.start()
 
     def get(self):
-        """The runs made ahead (waiting for them), or None when none were started or they could not be made idle."""
+        """The runs made ahead, or None when none were started.  While they run, every few seconds, their threads
+        and processes (a new notebook's too) are put back at the normal priority."""
         if self.thread is None:
             return None
-        self.thread.join()
-        if isinstance(self.error, BaseException):
+        while self.thread.is_alive():
+            normal_priority([p.pid for p in list(RunAll.running)], [self.thread.native_id] + self.tids)
+            self.thread.join(timeout=3)
+        if self.error is not None:
             raise self.error
         return self.result
 

@@ -82,6 +82,42 @@ def test_idle_priority_holds_for_what_the_thread_starts_and_leaves_the_others_al
     assert os.sched_getscheduler(0) != os.SCHED_IDLE          # this thread (the tests') keeps its priority
 
 
+CHILD = """
+import os, sys, threading, time
+threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+print(os.getpid(), flush=True)
+sys.stdin.readline()
+"""
+
+
+def _policies(pid):
+    return sorted(set(os.sched_getscheduler(int(t)) for t in os.listdir("/proc/%d/task" % pid)))
+
+
+@pytest.mark.skipif(not conftest.idle_undoable(), reason="this user may not leave SCHED_IDLE (RLIMIT_NICE), or no "
+                                                         "SCHED_IDLE here: nothing is made ahead")
+def test_normal_priority_brings_back_every_thread_of_a_process_started_at_idle_priority():
+    procs = []
+
+    def lane():
+        conftest.idle_priority()
+        procs.append(subprocess.Popen([sys.executable, "-c", CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      universal_newlines=True))
+    t = threading.Thread(target=lane)
+    t.start()
+    t.join()
+    child = procs[0]
+    try:
+        assert int(child.stdout.readline()) == child.pid
+        assert len(os.listdir("/proc/%d/task" % child.pid)) == 2
+        assert _policies(child.pid) == [os.SCHED_IDLE]         # both of its threads
+        conftest.normal_priority([child.pid])
+        assert _policies(child.pid) == [os.SCHED_OTHER]
+    finally:
+        child.stdin.close()
+        child.wait(timeout=30)
+
+
 @pytest.mark.last
 def test_no_default_test_is_over_the_limit():
     over = conftest.DURATIONS.over_limit()
