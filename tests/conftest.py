@@ -91,7 +91,8 @@ def session_order(items):
     ``last``."""
     def module(item):
         return item.nodeid.split("::")[0]
-    later = set(module(item) for item in items if any(f in getattr(item, "fixturenames", ()) for f in LANE_FIXTURES))
+    ahead = ("lane_runs",) + tuple(AFTER_SMOKE)
+    later = set(module(item) for item in items if any(f in getattr(item, "fixturenames", ()) for f in ahead))
     rest = [item for item in items if not item.get_closest_marker("last")]
     return [item for item in rest if module(item) not in later] + [item for item in rest if module(item) in later] \
         + [item for item in items if item.get_closest_marker("last")]
@@ -205,10 +206,10 @@ class RunAll:
                 "--no-progress"] + list(args)
 
     @classmethod
-    def side_by_side(cls, arg_lists, results_dir):
+    def side_by_side(cls, arg_lists, results_dir, **lanes):
         """Several run_all.py at once into ``results_dir``, one per ``args`` of ``arg_lists``: their outcomes, in
-        the order given (each loaded when it ends)."""
-        return [lane[0] for lane in cls.in_lanes([[(args, results_dir)] for args in arg_lists])]
+        the order given (each loaded when it ends).  ``lanes``: :meth:`in_lanes`' options."""
+        return [lane[0] for lane in cls.in_lanes([[(args, results_dir)] for args in arg_lists], **lanes)]
 
     @classmethod
     def in_lanes(cls, lanes, env=None, idle=False, tids=None):
@@ -406,7 +407,12 @@ def smoke(tmp_path_factory):
     The variants' tests are marked ``full``, so the default tier runs the rows of record only."""
     from runner.run.targets import TARGETS
     names = [n for n in selected_targets() if full_tier() or n in TARGETS]
-    return smoke_run_in_two(tmp_path_factory, "smoke", names, "--profile")
+    run = None
+    try:
+        run = smoke_run_in_two(tmp_path_factory, "smoke", names, "--profile")
+    finally:
+        LANES_AHEAD.smoke_made(run)             # what waits for it (AFTER_SMOKE) starts, or gives up
+    return run
 
 
 # ---- the runs made in two lanes: the learning short run, the float64 control, the bf16 run -------------------
@@ -545,61 +551,95 @@ def normal_priority(pids, tids=()):
             pass
 
 
+#: runs a test module has made ahead once the session's smoke run exists: ``{fixture name: make(smoke, **lanes)}``,
+#: ``lanes`` being RunAll.in_lanes' options (tests/test_export_records.py registers its migration)
+AFTER_SMOKE = {}
+
+
 class LanesAhead:
-    """:func:`lane_runs` made in the background from the session's first test, at idle priority: its processes take
-    only the CPU time the tests leave (most tests keep one of two cores busy), and the modules that read them run
-    after the others (:func:`session_order`).  A test that asks for them before they are made puts them back at the
-    normal priority and waits (another program's load would otherwise hold them back).  Where a thread cannot leave
-    the idle priority (no SCHED_IDLE, or a user whose RLIMIT_NICE forbids it), nothing is made ahead: ``lane_runs``
-    makes them when first asked."""
+    """:func:`lane_runs` made in the background from the session's first test, at idle priority, then the runs of
+    :data:`AFTER_SMOKE` that the selected tests use, once the smoke run exists: their processes take only the CPU
+    time the tests leave (most tests keep one of two cores busy), and the modules that read them run after the
+    others (:func:`session_order`).  A test that asks for one before it is made puts every process and thread of the
+    background back at the normal priority and waits (another program's load would otherwise hold them back).
+    Where a thread cannot leave the idle priority (no SCHED_IDLE, or a user whose RLIMIT_NICE forbids it), nothing
+    is made ahead: each fixture makes its runs when first asked."""
 
     def __init__(self):
-        self.thread, self.result, self.error, self.tids = None, None, None, []
+        import threading
+        self.thread, self.tids, self.made, self.done = None, [], {}, {}
+        self.smoke, self.smoke_ready, self.stopping = None, threading.Event(), threading.Event()
 
-    def start(self, jobs, out):
+    def start(self, jobs, out, after=()):
+        """``jobs``, ``out``: :func:`_lane_jobs`'; ``after``: the names of :data:`AFTER_SMOKE` to make."""
         import threading
         if not idle_undoable():
             return
+        for name in ("lane_runs",) + tuple(after):
+            self.done[name] = threading.Event()
 
         def work():
-            try:
-                idle_priority()
-                self.result = _make_lane_runs(jobs, out, idle=True, tids=self.tids)
-            except BaseException as e:                 # handed to the test that asks for the runs
-                self.error = e
-        self.thread = threading.Thread(target=work, name="lane_runs ahead", daemon=True)
+            idle_priority()
+            self._make("lane_runs", lambda: _make_lane_runs(jobs, out, idle=True, tids=self.tids))
+            for name in after:
+                while not self.smoke_ready.wait(1):
+                    if self.stopping.is_set():
+                        return
+                if self.smoke is None or self.stopping.is_set():
+                    self.done[name].set()          # no smoke run: the fixture makes (or fails) it itself
+                    continue
+                self._make(name, lambda: AFTER_SMOKE[name](self.smoke, env=dict(os.environ, OMP_NUM_THREADS="1"),
+                                                         idle=True, tids=self.tids))
+        self.thread = threading.Thread(target=work, name="runs made ahead", daemon=True)
         self.thread.start()
 
-    def get(self):
-        """The runs made ahead, or None when none were started.  While they run, every few seconds, their threads
-        and processes (a new notebook's too) are put back at the normal priority."""
-        if self.thread is None:
+    def _make(self, name, make):
+        try:
+            self.made[name] = (make(), None)
+        except BaseException as e:                     # handed to the test that asks for it (a skip too)
+            self.made[name] = (None, e)
+        finally:
+            self.done[name].set()
+
+    def smoke_made(self, run):
+        """The session's smoke run (None: it was not made)."""
+        self.smoke = run
+        self.smoke_ready.set()
+
+    def get(self, name="lane_runs"):
+        """What was made ahead for ``name``, waiting for it; None when it is not made ahead.  While it is being made,
+        every 3 s, the background's threads and processes (a new notebook's too) are put back at the normal
+        priority."""
+        if name not in self.done:
             return None
-        while self.thread.is_alive():
+        while not self.done[name].wait(timeout=3):
             normal_priority([p.pid for p in list(RunAll.running)], [self.thread.native_id] + self.tids)
-            self.thread.join(timeout=3)
-        if self.error is not None:
-            raise self.error
-        return self.result
+        if name not in self.made:
+            return None
+        value, error = self.made[name]
+        if error is not None:
+            raise error
+        return value
 
     def stop(self):
         """At the session's end: the runs still going (an interrupted or stopped session) are ended."""
         if self.thread is not None and self.thread.is_alive():
+            self.stopping.set()
             RunAll.stop_all()
             self.thread.join(timeout=60)
 
 
 LANES_AHEAD = LanesAhead()
-#: the fixtures whose tests run after every other test (the lanes are made in the background meanwhile)
-LANE_FIXTURES = ("lane_runs",)
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _lanes_ahead(request, tmp_path_factory):
-    """Starts :data:`LANES_AHEAD` when a selected test uses ``lane_runs``; ends what is left at the session's end."""
+    """Starts :data:`LANES_AHEAD` when a selected test uses ``lane_runs`` or a run of :data:`AFTER_SMOKE`; ends what
+    is left at the session's end."""
     used = _fixtures_in_use(request.session)
-    if "lane_runs" in used:
-        LANES_AHEAD.start(*_lane_jobs(used, tmp_path_factory))
+    after = tuple(name for name in AFTER_SMOKE if name in used)
+    if "lane_runs" in used or after:
+        LANES_AHEAD.start(*_lane_jobs(used, tmp_path_factory), after=after)
     yield
     LANES_AHEAD.stop()
 
@@ -613,7 +653,7 @@ def lane_runs(request, tmp_path_factory):
     learning run (compilations on one core, then its steps) in a lane of its own, everything else one after another
     in the other.  Made ahead, in the background at idle priority, from the session's first test (``LanesAhead``).
     Returns ``{name: RunAll or a skip reason}``."""
-    ahead = LANES_AHEAD.get()
+    ahead = LANES_AHEAD.get("lane_runs")
     if ahead is not None:
         return ahead
     return _make_lane_runs(*_lane_jobs(_fixtures_in_use(request.session), tmp_path_factory))

@@ -1,7 +1,8 @@
 """Exports and migration on the session's smoke records (tests/conftest.py ``smoke``: every selected framework notebook run
 by run_all.py on the CPU): every export is complete and loads, every framework's trained model agrees with
 PyTorch's after the same smoke epoch once the conventions are accounted for, every export migrates into
-every framework (``run_all.py --migrate``), and every fp32 trajectory stays close to the float64 control.Run with the framework notebooks (after the merge of their section 11):
+every framework (``run_all.py --migrate``), and every fp32 trajectory stays close to the float64 control.  One
+framework pair alone:
     DS2_TEST_FRAMEWORKS=pytorch,tensorflow python -m pytest -q tests/test_export_records.py
 """
 import os
@@ -16,7 +17,8 @@ from common.weights import canonical_state, load_state
 from runner.migrate import BN_CONVENTIONS, repo_path
 from runner.report.checks import control_deviation, tensor_groups
 from runner.run.targets import TARGETS, VARIANTS
-from tests.conftest import K_STEPS, TRAJECTORY_RTOL, RunAll, full_targets, ok_record, run_all, selected_targets
+from tests.conftest import (AFTER_SMOKE, K_STEPS, LANES_AHEAD, TRAJECTORY_RTOL, RunAll, full_targets, ok_record,
+                            selected_targets)
 
 SMOKE = get_preset("smoke")
 CFG = SMOKE.config
@@ -165,19 +167,15 @@ MIGRATE = NAMES
 HUB = "pytorch"
 
 
-def _migrate(smoke, names, destinations, output):
-    return run_all(_migrate_args(names, destinations, output), smoke.results_dir)
-
-
 def _migrate_args(names, destinations, output):
     return ["--migrate", "--preset", "smoke", "--device", "cpu", "--frameworks", ",".join(names), "--migrate-to",
             ",".join(destinations), "--timeout", "1200", "--output", output]
 
 
-@pytest.fixture(scope="module")
-def migration(smoke):
+def make_migration(smoke, **lanes):
     """``run_all.py --migrate`` over the smoke results (CNTK only where its interpreter is: a skipped smoke row
-    leaves it out): with ``--full`` every pair, else the hub's pairs (``HUB``), in two runs."""
+    leaves it out): with ``--full`` every pair, else the hub's pairs (``HUB``), in two runs side by side.
+    ``lanes``: RunAll.in_lanes' options (made ahead: tests/conftest.py's AFTER_SMOKE)."""
     from tests.conftest import full_tier
     names = [t for t in MIGRATE if smoke.record(t)["status"] != "skipped"]
     if len(names) < 2:
@@ -185,15 +183,26 @@ def migration(smoke):
     output = os.path.join(smoke.results_dir, "migration.md")
     if full_tier() or HUB not in names:
         pairs = set((s, d) for s in names for d in names)
-        runs = [_migrate(smoke, names, names, output)]
+        runs = RunAll.side_by_side([_migrate_args(names, names, output)], smoke.results_dir, **lanes)
     else:
         pairs = set([(s, HUB) for s in names] + [(HUB, d) for d in names])
         # the two halves of the hub's pairs side by side (each its own page; the second's is checked below)
         runs = RunAll.side_by_side([_migrate_args(names, [HUB], output + ".into-hub.md"),
-                                    _migrate_args([HUB], [d for d in names if d != HUB], output)], smoke.results_dir)
+                                    _migrate_args([HUB], [d for d in names if d != HUB], output)], smoke.results_dir,
+                                   **lanes)
     from runner.migrate import read_migration_records
     recs = {(r["source"], r["destination"]): r for r in read_migration_records(smoke.results_dir)}
     return names, pairs, runs, recs
+
+
+AFTER_SMOKE["migration"] = make_migration          # made in the background once the smoke run exists
+
+
+@pytest.fixture(scope="module")
+def migration(smoke):
+    """:func:`make_migration`'s runs: made ahead (tests/conftest.py's LanesAhead), or now."""
+    ahead = LANES_AHEAD.get("migration")
+    return ahead if ahead is not None else make_migration(smoke)
 
 
 def test_every_export_migrates_into_every_framework(migration):

@@ -119,9 +119,11 @@ def test_record_has_flops_and_a_measured_peak(smoke, target, iterator):
         [1024, 1024, 1024], [200 * 8, SMOKE.config.rnn_input_width, 32], [8, 32, 32]]
     assert all(peak[k]["flops_per_s"] > 0 for k in peak)
     assert f["peak_matmul_per_s"] == peak["square"]["flops_per_s"]
-    for k, p in peak.items():        # each measurement lasted about the preset's time (its median measurement)
-        seconds = 2.0 * np.prod(p["shape"]) * p["iterations"] / p["flops_per_s"]
-        assert seconds >= 0.3 * SMOKE.peak_time_s, (k, p, seconds)
+    # the square product's measurements lasted about the preset's time (the iterations are set from one synchronised
+    # product: a product of microseconds runs faster unsynchronised in the loop, so only a large one is held to it)
+    square = peak["square"]
+    seconds = 2.0 * np.prod(square["shape"]) * square["iterations"] / square["flops_per_s"]
+    assert seconds >= 0.3 * SMOKE.peak_time_s, (square, seconds)
     assert 0 < f["efficiency"] < 1.2
     assert f["theoretical_peak"]["label"] == "theoretical"
     assert rec["timing"]["forward_repeats"] == SMOKE.forward_repeats

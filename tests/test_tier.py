@@ -118,6 +118,35 @@ def test_normal_priority_brings_back_every_thread_of_a_process_started_at_idle_p
         child.wait(timeout=30)
 
 
+@pytest.mark.skipif(not conftest.idle_undoable(), reason="this user may not leave SCHED_IDLE (RLIMIT_NICE), or no "
+                                                         "SCHED_IDLE here: nothing is made ahead")
+def test_a_run_made_after_the_smoke_run_waits_for_it_runs_idle_and_hands_over_its_value_or_error(monkeypatch):
+    seen = []
+
+    def make(smoke, env, idle, tids):
+        seen.append((smoke, env["OMP_NUM_THREADS"], idle, os.sched_getscheduler(0) == os.SCHED_IDLE))
+        if smoke == "no rows":
+            pytest.skip("fewer than two rows ran")
+        return "made from %s" % smoke
+
+    for smoke, expected in [("the smoke run", "made from the smoke run"), (None, None), ("no rows", "skip")]:
+        monkeypatch.setitem(conftest.AFTER_SMOKE, "after", make)
+        ahead = conftest.LanesAhead()
+        ahead.start([], {}, after=("after",))
+        assert ahead.get("not made ahead") is None
+        assert not ahead.done["after"].wait(0.5)              # waits for the smoke run
+        ahead.smoke_made(smoke)
+        if expected == "skip":
+            with pytest.raises(pytest.skip.Exception, match="fewer than two rows ran"):
+                ahead.get("after")
+        else:
+            assert ahead.get("after") == expected           # None: the fixture makes it itself
+        assert ahead.get("lane_runs") == {}
+        ahead.thread.join(timeout=10)
+        assert not ahead.thread.is_alive()
+    assert seen == [("the smoke run", "1", True, True), ("no rows", "1", True, True)]
+
+
 @pytest.mark.last
 def test_no_default_test_is_over_the_limit():
     over = conftest.DURATIONS.over_limit()
