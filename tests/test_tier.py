@@ -134,7 +134,7 @@ def test_a_run_made_after_the_smoke_run_waits_for_it_runs_idle_and_hands_over_it
         ahead = conftest.LanesAhead()
         ahead.start([], {}, after=("after",))
         assert ahead.get("not made ahead") is None
-        assert not ahead.done["after"].wait(0.5)              # waits for the smoke run
+        assert not ahead.done["lane_runs"].wait(0.5) and not ahead.done["after"].wait(0.5)   # wait for the smoke run
         ahead.smoke_made(smoke)
         if expected == "skip":
             with pytest.raises(pytest.skip.Exception, match="fewer than two rows ran"):
@@ -145,6 +145,10 @@ def test_a_run_made_after_the_smoke_run_waits_for_it_runs_idle_and_hands_over_it
         ahead.thread.join(timeout=10)
         assert not ahead.thread.is_alive()
     assert seen == [("the smoke run", "1", True, True), ("no rows", "1", True, True)]
+    ahead = conftest.LanesAhead()                              # a session without the smoke run: made when asked
+    ahead.start([], {})
+    assert not ahead.done["lane_runs"].wait(0.5)
+    assert ahead.get("lane_runs") == {}
 
 
 @pytest.mark.last
