@@ -365,37 +365,41 @@ def learn_corpus(preset):
 
 #: the shared smoke run's rows in two halves of about equal time on 2 cores (XLA-compiling rows apart) ...
 SMOKE_HALVES = (("jax", "keras-torch", "mxnet", "tensorflow"), ("keras-jax", "pytorch", "keras-tensorflow"))
-#: ... and the rows run after them, alone: CNTK's profile times each block of the model on its own and the whole
+#: ... and the rows run before them, alone: CNTK's profile times each block of the model on its own and the whole
 #: step, and calls the difference 'other' (no profiler of its own); another process's load would show up there
 SMOKE_ALONE = ("cntk",)
 
 
-def smoke_run_in_two(tmp_path_factory, name, targets, *options):
-    """:func:`smoke_run`, as two run_all.py processes side by side into one results directory (half the rows
-    each: a notebook's kernel start, imports and single-threaded steps overlap the other's work), then results.md
-    written again from every record, as run_all.py writes it.  Smoke checks correctness; no test compares its
-    speeds across rows."""
+def smoke_run_in_two(tmp_path_factory, name, targets, *options, beside=None):
+    """:func:`smoke_run`, as the rows that run alone (:data:`SMOKE_ALONE`), then two run_all.py processes side by
+    side into one results directory (half the rows each: a notebook's kernel start, imports and single-threaded steps
+    overlap the other's work), then results.md written again from every record, as run_all.py writes it.  Smoke
+    checks correctness; no test compares its speeds across rows.  ``beside``: called as the halves start (what may
+    run beside them: LanesAhead)."""
     from runner.report import render
     halves = [[t for t in targets if t in h] for h in SMOKE_HALVES]
     halves[1] += [t for t in targets if not any(t in h for h in SMOKE_HALVES + (SMOKE_ALONE,))]
     halves = [h for h in halves if h]
     alone = [t for t in targets if t in SMOKE_ALONE]
     if len(halves) < 2:
+        if beside:
+            beside()
         return smoke_run(tmp_path_factory, name, targets, *options)
     results_dir = str(tmp_path_factory.mktemp(name))
-    commands = [smoke_args(h, *options) for h in halves + ([alone] if alone else [])]
+    commands = [smoke_args(h, *options) for h in ([alone] if alone else []) + halves]
     temporary = os.path.join(results_dir, "tmp")      # the runs' TMPDIR: what they leave there, tests can see
     os.makedirs(temporary)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("TMPDIR", temporary)
-        runs = RunAll.side_by_side(commands[:2], results_dir)
-        if alone:                                    # then the rows that run alone
-            runs.append(RunAll(commands[2], results_dir))
+        runs = [RunAll(commands[0], results_dir)] if alone else []      # the rows that run alone, first
+        if beside:
+            beside()
+        runs += RunAll.side_by_side(commands[-2:], results_dir)
     out = RunAll([], results_dir, _run=False)
     out.returncode = max(r.returncode for r in runs)
     out.output = "\n".join(r.output for r in runs)
     render.write(results_dir, os.path.join(results_dir, "results.md"),
-                 "python run_all.py " + " ".join(RunAll.command(commands[0], results_dir)[2:]), None)
+                 "python run_all.py " + " ".join(RunAll.command(smoke_args(targets, *options), results_dir)[2:]), None)
     return out
 
 
@@ -409,7 +413,7 @@ def smoke(tmp_path_factory):
     names = [n for n in selected_targets() if full_tier() or n in TARGETS]
     run = None
     try:
-        run = smoke_run_in_two(tmp_path_factory, "smoke", names, "--profile")
+        run = smoke_run_in_two(tmp_path_factory, "smoke", names, "--profile", beside=LANES_AHEAD.go.set)
     finally:
         LANES_AHEAD.smoke_made(run)             # what waits for it (AFTER_SMOKE) starts, or gives up
     return run
@@ -557,10 +561,10 @@ AFTER_SMOKE = {}
 
 
 class LanesAhead:
-    """:func:`lane_runs` made in the background once the session's smoke run exists (which has the machine to itself,
-    as before), at idle priority, then the runs of :data:`AFTER_SMOKE` that the selected tests use: their processes
-    take only the CPU time the tests leave (most tests keep one of two cores busy), and the modules that read them
-    run after the others (:func:`session_order`).  A test that asks for one before it is made puts every process and thread of the
+    """:func:`lane_runs` made in the background from the start of the smoke run's halves (after the rows that run
+    alone), at idle priority, then the runs of :data:`AFTER_SMOKE` that the selected tests use, once the smoke run
+    exists: their processes take only the CPU time the tests leave (most tests keep one of two cores busy, and the
+    smoke run's notebooks leave gaps), and the modules that read them run after the others (:func:`session_order`).  A test that asks for one before it is made puts every process and thread of the
     background back at the normal priority and waits (another program's load would otherwise hold them back).
     Where a thread cannot leave the idle priority (no SCHED_IDLE, or a user whose RLIMIT_NICE forbids it), nothing
     is made ahead: each fixture makes its runs when first asked."""
@@ -569,7 +573,7 @@ class LanesAhead:
         import threading
         self.thread, self.tids, self.made, self.done = None, [], {}, {}
         self.smoke, self.smoke_ready, self.stopping = None, threading.Event(), threading.Event()
-        self.go = threading.Event()         # set once the smoke run is made, or a test asks for a run first
+        self.go = threading.Event()         # set as the smoke run's halves start, or when a test asks for a run
 
     def start(self, jobs, out, after=()):
         """``jobs``, ``out``: :func:`_lane_jobs`'; ``after``: the names of :data:`AFTER_SMOKE` to make."""
@@ -581,7 +585,7 @@ class LanesAhead:
 
         def work():
             idle_priority()
-            while not self.go.wait(1):                 # the smoke run first, on the whole machine
+            while not self.go.wait(1):                 # the smoke run's rows that run alone first
                 if self.stopping.is_set():
                     return
             self._make("lane_runs", lambda: _make_lane_runs(jobs, out, idle=True, tids=self.tids))
