@@ -365,36 +365,32 @@ def learn_corpus(preset):
 
 #: the shared smoke run's rows in two halves of about equal time on 2 cores (XLA-compiling rows apart) ...
 SMOKE_HALVES = (("jax", "keras-torch", "mxnet", "tensorflow"), ("keras-jax", "pytorch", "keras-tensorflow"))
-#: ... and the rows run before them, alone: CNTK's profile times each block of the model on its own and the whole
+#: ... and the rows run after them, alone: CNTK's profile times each block of the model on its own and the whole
 #: step, and calls the difference 'other' (no profiler of its own); another process's load would show up there
 SMOKE_ALONE = ("cntk",)
 
 
-def smoke_run_in_two(tmp_path_factory, name, targets, *options, beside=None):
-    """:func:`smoke_run`, as the rows that run alone (:data:`SMOKE_ALONE`), then two run_all.py processes side by
-    side into one results directory (half the rows each: a notebook's kernel start, imports and single-threaded steps
-    overlap the other's work), then results.md written again from every record, as run_all.py writes it.  Smoke
-    checks correctness; no test compares its speeds across rows.  ``beside``: called as the halves start (what may
-    run beside them: LanesAhead)."""
+def smoke_run_in_two(tmp_path_factory, name, targets, *options):
+    """:func:`smoke_run`, as two run_all.py processes side by side into one results directory (half the rows
+    each: a notebook's kernel start, imports and single-threaded steps overlap the other's work), then the rows that
+    run alone (:data:`SMOKE_ALONE`), then results.md written again from every record, as run_all.py writes it (its
+    command: one run_all.py of every row).  Smoke checks correctness; no test compares its speeds across rows."""
     from runner.report import render
     halves = [[t for t in targets if t in h] for h in SMOKE_HALVES]
     halves[1] += [t for t in targets if not any(t in h for h in SMOKE_HALVES + (SMOKE_ALONE,))]
     halves = [h for h in halves if h]
     alone = [t for t in targets if t in SMOKE_ALONE]
     if len(halves) < 2:
-        if beside:
-            beside()
         return smoke_run(tmp_path_factory, name, targets, *options)
     results_dir = str(tmp_path_factory.mktemp(name))
-    commands = [smoke_args(h, *options) for h in ([alone] if alone else []) + halves]
+    commands = [smoke_args(h, *options) for h in halves + ([alone] if alone else [])]
     temporary = os.path.join(results_dir, "tmp")      # the runs' TMPDIR: what they leave there, tests can see
     os.makedirs(temporary)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("TMPDIR", temporary)
-        runs = [RunAll(commands[0], results_dir)] if alone else []      # the rows that run alone, first
-        if beside:
-            beside()
-        runs += RunAll.side_by_side(commands[-2:], results_dir)
+        runs = RunAll.side_by_side(commands[:2], results_dir)
+        if alone:                                    # then the rows that run alone
+            runs.append(RunAll(commands[2], results_dir))
     out = RunAll([], results_dir, _run=False)
     out.returncode = max(r.returncode for r in runs)
     out.output = "\n".join(r.output for r in runs)
@@ -413,7 +409,7 @@ def smoke(tmp_path_factory):
     names = [n for n in selected_targets() if full_tier() or n in TARGETS]
     run = None
     try:
-        run = smoke_run_in_two(tmp_path_factory, "smoke", names, "--profile", beside=LANES_AHEAD.go.set)
+        run = smoke_run_in_two(tmp_path_factory, "smoke", names, "--profile")
     finally:
         LANES_AHEAD.smoke_made(run)             # what waits for it (AFTER_SMOKE) starts, or gives up
     return run
@@ -473,9 +469,10 @@ def _lane_jobs(used, tmp_path_factory):
     return jobs, out
 
 
-def _make_lane_runs(jobs, out, idle=False, tids=None):
+def _make_lane_runs(jobs, out, idle=False, tids=None, env=None):
     """``jobs`` (:func:`_lane_jobs`) run in two lanes, one OpenMP thread per process: ``out`` with a RunAll for each
-    name.  The learning corpus is built first (off the notebooks' clocks).  ``idle``, ``tids``: RunAll.in_lanes'."""
+    name.  The learning corpus is built first (off the notebooks' clocks).  ``idle``, ``tids``: RunAll.in_lanes';
+    ``env``: the processes' environment (default: this process's now)."""
     if any(j[0] == "short" for j in jobs):
         corpus, why = learn_corpus("learn-smoke")
         if corpus is None:
@@ -485,7 +482,8 @@ def _make_lane_runs(jobs, out, idle=False, tids=None):
     rest = [j for j in jobs if j not in xla]
     lanes = [xla, rest] if xla else [rest[:1], rest[1:]]
     outcomes = RunAll.in_lanes([[(args, d) for _, d, args, _ in lane] for lane in lanes],
-                               env=dict(os.environ, OMP_NUM_THREADS="1"), idle=idle, tids=tids)
+                               env=dict(os.environ if env is None else env, OMP_NUM_THREADS="1"), idle=idle,
+                               tids=tids)
     done = {}
     for lane, runs in zip(lanes, outcomes):
         for (name, _, _, _), run in zip(lane, runs):
@@ -561,10 +559,11 @@ AFTER_SMOKE = {}
 
 
 class LanesAhead:
-    """:func:`lane_runs` made in the background from the start of the smoke run's halves (after the rows that run
-    alone), at idle priority, then the runs of :data:`AFTER_SMOKE` that the selected tests use, once the smoke run
-    exists: their processes take only the CPU time the tests leave (most tests keep one of two cores busy, and the
-    smoke run's notebooks leave gaps), and the modules that read them run after the others (:func:`session_order`).  A test that asks for one before it is made puts every process and thread of the
+    """:func:`lane_runs` made in the background once the session's smoke run is made (it has the machine to itself:
+    beside these runs its notebooks took 1.3-1.5x as long), at idle priority, then the runs of :data:`AFTER_SMOKE`
+    that the selected tests use: their processes take only the CPU time the tests leave (most tests keep one of two
+    cores busy), and the modules that read them run after the others (:func:`session_order`).  Their processes get
+    the environment of the session's start (a test's variables, such as ``tag``'s marker, are not theirs).  A test that asks for one before it is made puts every process and thread of the
     background back at the normal priority and waits (another program's load would otherwise hold them back).
     Where a thread cannot leave the idle priority (no SCHED_IDLE, or a user whose RLIMIT_NICE forbids it), nothing
     is made ahead: each fixture makes its runs when first asked."""
@@ -573,22 +572,24 @@ class LanesAhead:
         import threading
         self.thread, self.tids, self.made, self.done = None, [], {}, {}
         self.smoke, self.smoke_ready, self.stopping = None, threading.Event(), threading.Event()
-        self.go = threading.Event()         # set as the smoke run's halves start, or when a test asks for a run
+        self.go = threading.Event()         # set once the smoke run is made, or when a test asks for a run first
 
-    def start(self, jobs, out, after=()):
-        """``jobs``, ``out``: :func:`_lane_jobs`'; ``after``: the names of :data:`AFTER_SMOKE` to make."""
+    def start(self, jobs, out, after=(), env=None):
+        """``jobs``, ``out``: :func:`_lane_jobs`'; ``after``: the names of :data:`AFTER_SMOKE` to make; ``env``: their
+        processes' environment (one OpenMP thread added), by default this process's now."""
         import threading
         if not idle_undoable():
             return
+        env = dict(os.environ if env is None else env, OMP_NUM_THREADS="1")
         for name in ("lane_runs",) + tuple(after):
             self.done[name] = threading.Event()
 
         def work():
             idle_priority()
-            while not self.go.wait(1):                 # the smoke run's rows that run alone first
+            while not self.go.wait(1):                 # the smoke run first, on the whole machine
                 if self.stopping.is_set():
                     return
-            self._make("lane_runs", lambda: _make_lane_runs(jobs, out, idle=True, tids=self.tids))
+            self._make("lane_runs", lambda: _make_lane_runs(jobs, out, idle=True, tids=self.tids, env=env))
             for name in after:
                 while not self.smoke_ready.wait(1):
                     if self.stopping.is_set():
@@ -596,8 +597,7 @@ class LanesAhead:
                 if self.smoke is None or self.stopping.is_set():
                     self.done[name].set()          # no smoke run: the fixture makes (or fails) it itself
                     continue
-                self._make(name, lambda: AFTER_SMOKE[name](self.smoke, env=dict(os.environ, OMP_NUM_THREADS="1"),
-                                                         idle=True, tids=self.tids))
+                self._make(name, lambda: AFTER_SMOKE[name](self.smoke, env=env, idle=True, tids=self.tids))
         self.thread = threading.Thread(target=work, name="runs made ahead", daemon=True)
         self.thread.start()
 
@@ -649,7 +649,7 @@ def _lanes_ahead(request, tmp_path_factory):
     used = _fixtures_in_use(request.session)
     after = tuple(name for name in AFTER_SMOKE if name in used)
     if "lane_runs" in used or after:
-        LANES_AHEAD.start(*_lane_jobs(used, tmp_path_factory), after=after)
+        LANES_AHEAD.start(*_lane_jobs(used, tmp_path_factory), after=after, env=dict(os.environ))
     yield
     LANES_AHEAD.stop()
 

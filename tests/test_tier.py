@@ -120,11 +120,13 @@ def test_normal_priority_brings_back_every_thread_of_a_process_started_at_idle_p
 
 @pytest.mark.skipif(not conftest.idle_undoable(), reason="this user may not leave SCHED_IDLE (RLIMIT_NICE), or no "
                                                          "SCHED_IDLE here: nothing is made ahead")
-def test_a_run_made_after_the_smoke_run_waits_for_it_runs_idle_and_hands_over_its_value_or_error(monkeypatch):
+def test_a_run_made_after_the_smoke_run_waits_runs_idle_with_the_starting_environment_and_hands_over_its_value(
+        monkeypatch):
     seen = []
 
     def make(smoke, env, idle, tids):
-        seen.append((smoke, env["OMP_NUM_THREADS"], idle, os.sched_getscheduler(0) == os.SCHED_IDLE))
+        seen.append((smoke, env["OMP_NUM_THREADS"], env.get("AT_START"), "DS2_TEST_TAG" in env, idle,
+                     os.sched_getscheduler(0) == os.SCHED_IDLE))
         if smoke == "no rows":
             pytest.skip("fewer than two rows ran")
         return "made from %s" % smoke
@@ -132,7 +134,8 @@ def test_a_run_made_after_the_smoke_run_waits_for_it_runs_idle_and_hands_over_it
     for smoke, expected in [("the smoke run", "made from the smoke run"), (None, None), ("no rows", "skip")]:
         monkeypatch.setitem(conftest.AFTER_SMOKE, "after", make)
         ahead = conftest.LanesAhead()
-        ahead.start([], {}, after=("after",))
+        ahead.start([], {}, after=("after",), env={"AT_START": "yes"})
+        monkeypatch.setenv("DS2_TEST_TAG", "a test's marker")        # set after the start: not theirs
         assert ahead.get("not made ahead") is None
         assert not ahead.done["lane_runs"].wait(0.5) and not ahead.done["after"].wait(0.5)   # wait for the smoke run
         ahead.smoke_made(smoke)
@@ -144,7 +147,7 @@ def test_a_run_made_after_the_smoke_run_waits_for_it_runs_idle_and_hands_over_it
         assert ahead.get("lane_runs") == {}
         ahead.thread.join(timeout=10)
         assert not ahead.thread.is_alive()
-    assert seen == [("the smoke run", "1", True, True), ("no rows", "1", True, True)]
+    assert seen == [("the smoke run", "1", "yes", False, True, True), ("no rows", "1", "yes", False, True, True)]
     ahead = conftest.LanesAhead()                              # a session without the smoke run: made when asked
     ahead.start([], {})
     assert not ahead.done["lane_runs"].wait(0.5)
