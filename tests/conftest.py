@@ -559,11 +559,11 @@ AFTER_SMOKE = {}
 
 
 class LanesAhead:
-    """:func:`lane_runs` made in the background once the session's smoke run is made (it has the machine to itself:
-    beside these runs its notebooks took 1.3-1.5x as long), at idle priority, then the runs of :data:`AFTER_SMOKE`
-    that the selected tests use: their processes take only the CPU time the tests leave (most tests keep one of two
-    cores busy), and the modules that read them run after the others (:func:`session_order`).  Their processes get
-    the environment of the session's start (a test's variables, such as ``tag``'s marker, are not theirs).  A test that asks for one before it is made puts every process and thread of the
+    """:func:`lane_runs` made in the background from the session's first test, at idle priority, then the runs of
+    :data:`AFTER_SMOKE` that the selected tests use, once the smoke run exists: their processes take only the CPU
+    time the tests leave (the smoke run's notebooks leave gaps, and most other tests keep one of two cores busy), and
+    the modules that read them run after the others (:func:`session_order`).  Their processes get the environment of
+    the session's start (a test's variables, such as ``tag``'s marker, are not theirs).  A test that asks for one before it is made puts every process and thread of the
     background back at the normal priority and waits (another program's load would otherwise hold them back).
     Where a thread cannot leave the idle priority (no SCHED_IDLE, or a user whose RLIMIT_NICE forbids it), nothing
     is made ahead: each fixture makes its runs when first asked."""
@@ -572,7 +572,6 @@ class LanesAhead:
         import threading
         self.thread, self.tids, self.made, self.done = None, [], {}, {}
         self.smoke, self.smoke_ready, self.stopping = None, threading.Event(), threading.Event()
-        self.go = threading.Event()         # set once the smoke run is made, or when a test asks for a run first
 
     def start(self, jobs, out, after=(), env=None):
         """``jobs``, ``out``: :func:`_lane_jobs`'; ``after``: the names of :data:`AFTER_SMOKE` to make; ``env``: their
@@ -586,9 +585,6 @@ class LanesAhead:
 
         def work():
             idle_priority()
-            while not self.go.wait(1):                 # the smoke run first, on the whole machine
-                if self.stopping.is_set():
-                    return
             self._make("lane_runs", lambda: _make_lane_runs(jobs, out, idle=True, tids=self.tids, env=env))
             for name in after:
                 while not self.smoke_ready.wait(1):
@@ -613,7 +609,6 @@ class LanesAhead:
         """The session's smoke run (None: it was not made)."""
         self.smoke = run
         self.smoke_ready.set()
-        self.go.set()
 
     def get(self, name="lane_runs"):
         """What was made ahead for ``name``, waiting for it; None when it is not made ahead.  While it is being made,
@@ -621,7 +616,6 @@ class LanesAhead:
         priority."""
         if name not in self.done:
             return None
-        self.go.set()
         while not self.done[name].wait(timeout=3):
             normal_priority([p.pid for p in list(RunAll.running)], [self.thread.native_id] + self.tids)
         if name not in self.made:
