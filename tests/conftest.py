@@ -563,10 +563,11 @@ class LanesAhead:
     :data:`AFTER_SMOKE` that the selected tests use, once the smoke run exists: their processes take only the CPU
     time the tests leave (the smoke run's notebooks leave gaps, and most other tests keep one of two cores busy), and
     the modules that read them run after the others (:func:`session_order`).  Their processes get the environment of
-    the session's start (a test's variables, such as ``tag``'s marker, are not theirs).  A test that asks for one before it is made puts every process and thread of the
-    background back at the normal priority and waits (another program's load would otherwise hold them back).
-    Where a thread cannot leave the idle priority (no SCHED_IDLE, or a user whose RLIMIT_NICE forbids it), nothing
-    is made ahead: each fixture makes its runs when first asked."""
+    the session's start (a test's variables, such as ``tag``'s marker, are not theirs).  A test that asks for one
+    before it is made puts every process and thread of the background back at the normal priority and waits
+    (another program's load would otherwise hold them back).  Where a thread cannot leave the idle priority (no
+    SCHED_IDLE, or a user whose RLIMIT_NICE forbids it), nothing is made ahead: each fixture makes its runs when
+    first asked."""
 
     def __init__(self):
         import threading
