@@ -576,10 +576,9 @@ class LanesAhead:
 
     def start(self, jobs, out, after=(), env=None):
         """``jobs``, ``out``: :func:`_lane_jobs`'; ``after``: the names of :data:`AFTER_SMOKE` to make; ``env``: their
-        processes' environment (one OpenMP thread added), by default this process's now."""
+        processes' environment (one OpenMP thread added), by default this process's now.  Only where
+        :func:`idle_undoable` (the caller asks it first)."""
         import threading
-        if not idle_undoable():
-            return
         env = dict(os.environ if env is None else env, OMP_NUM_THREADS="1")
         for name in ("lane_runs",) + tuple(after):
             self.done[name] = threading.Event()
@@ -643,7 +642,7 @@ def _lanes_ahead(request, tmp_path_factory):
     is left at the session's end."""
     used = _fixtures_in_use(request.session)
     after = tuple(name for name in AFTER_SMOKE if name in used)
-    if "lane_runs" in used or after:
+    if ("lane_runs" in used or after) and idle_undoable():          # else each fixture makes its runs when asked
         LANES_AHEAD.start(*_lane_jobs(used, tmp_path_factory), after=after, env=dict(os.environ))
     yield
     LANES_AHEAD.stop()

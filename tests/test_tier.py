@@ -82,6 +82,10 @@ def test_idle_priority_holds_for_what_the_thread_starts_and_leaves_the_others_al
     assert os.sched_getscheduler(0) != os.SCHED_IDLE          # this thread (the tests') keeps its priority
 
 
+#: the runs made ahead need a thread that may leave SCHED_IDLE again (tests/conftest.py idle_undoable)
+NEEDS_IDLE_UNDO = pytest.mark.skipif(not conftest.idle_undoable(), reason="this user may not leave SCHED_IDLE "
+                                     "(RLIMIT_NICE), or no SCHED_IDLE here: nothing is made ahead")
+
 CHILD = """
 import os, sys, threading, time
 threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
@@ -94,8 +98,7 @@ def _policies(pid):
     return sorted(set(os.sched_getscheduler(int(t)) for t in os.listdir("/proc/%d/task" % pid)))
 
 
-@pytest.mark.skipif(not conftest.idle_undoable(), reason="this user may not leave SCHED_IDLE (RLIMIT_NICE), or no "
-                                                         "SCHED_IDLE here: nothing is made ahead")
+@NEEDS_IDLE_UNDO
 def test_normal_priority_brings_back_every_thread_of_a_process_started_at_idle_priority():
     procs = []
 
@@ -118,8 +121,7 @@ def test_normal_priority_brings_back_every_thread_of_a_process_started_at_idle_p
         child.wait(timeout=30)
 
 
-@pytest.mark.skipif(not conftest.idle_undoable(), reason="this user may not leave SCHED_IDLE (RLIMIT_NICE), or no "
-                                                         "SCHED_IDLE here: nothing is made ahead")
+@NEEDS_IDLE_UNDO
 def test_a_run_made_after_the_smoke_run_waits_runs_idle_with_the_starting_environment_and_hands_over_its_value(
         monkeypatch):
     seen = []
