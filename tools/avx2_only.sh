@@ -13,8 +13,9 @@
 #   OPENBLAS_CORETYPE=Haswell.
 # What it cannot change: the speed (an EPYC's clock, caches and compile times), NumPy's own SIMD dispatch (its
 # NPY_DISABLE_CPU_FEATURES warns in every cell output when a name is not in that NumPy's list), and CNTK's MKL
-# builds' choice of code path. Use a separate cache directory (XDG_CACHE_HOME) so that no XLA program compiled
-# for AVX-512 is loaded from the persistent compilation cache.
+# builds' choice of code path. It uses a cache directory of its own ($XDG_CACHE_HOME/avx2-only) so that no XLA
+# program compiled for AVX-512 is loaded from the persistent compilation cache. Run inside itself (the tier, run
+# under it, holds a test of it) it adds nothing a second time.
 set -euo pipefail
 if [ "$#" = 0 ]; then
   echo "usage: tools/avx2_only.sh COMMAND [ARG...]" >&2
@@ -32,9 +33,9 @@ sed -e 's/^vendor_id.*/vendor_id\t: AuthenticAMD/' \
 # shellcheck disable=SC2016
 unshare -m bash -c '
 mount --bind "$0" /proc/cpuinfo
-export XLA_FLAGS="${XLA_FLAGS:+$XLA_FLAGS }--xla_cpu_max_isa=AVX2"
+case " ${XLA_FLAGS:-} " in *" --xla_cpu_max_isa=AVX2 "*) ;; *) export XLA_FLAGS="${XLA_FLAGS:+$XLA_FLAGS }--xla_cpu_max_isa=AVX2";; esac
 export ONEDNN_MAX_CPU_ISA=AVX2 DNNL_MAX_CPU_ISA=AVX2 MKLDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2
 export ATEN_CPU_CAPABILITY=avx2 OPENBLAS_CORETYPE=Haswell
-export XDG_CACHE_HOME="${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/avx2-only"
+case "${XDG_CACHE_HOME:-}" in */avx2-only) ;; *) export XDG_CACHE_HOME="${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/avx2-only";; esac
 mkdir -p "$XDG_CACHE_HOME"
 exec "$@"' "$cpuinfo" "$@"
