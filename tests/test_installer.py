@@ -301,3 +301,112 @@ def test_a_signal_while_environments_are_made_ahead_leaves_no_install_behind(tmp
     assert not (tmp_path / "jax-cpu.pid").exists()           # the third was never started
     assert not [n for n in os.listdir(str(tmp_path / "venvs")) if os.path.exists(
         os.path.join(str(tmp_path / "venvs"), n, bootstrap.STAMP))]
+
+
+# ---- one environment, two processes -------------------------------------------------------------------------------
+LOCK_DRIVER = textwrap.dedent("""
+    import os, sys, time
+    sys.path.insert(0, %(root)r)
+    from runner.envs import bootstrap, framework_envs
+    from runner.envs.definitions import ENVS
+
+    def create_venv(path, requirements, base, stamp, log, pip="pip", wheelhouse=None, progress=None):
+        with open(%(events)r, "a") as f:
+            f.write("start %%d\\n" %% os.getpid())
+        deadline = time.time() + 60
+        while not os.path.exists(%(go)r) and time.time() < deadline:
+            time.sleep(0.05)
+        os.makedirs(os.path.join(path, "bin"))
+        open(os.path.join(path, "pyvenv.cfg"), "w").close()
+        os.symlink(sys.executable, bootstrap.env_python(path))
+        bootstrap.write_stamp(path, stamp)
+        with open(%(events)r, "a") as f:
+            f.write("end %%d\\n" %% os.getpid())
+    framework_envs.create_venv = create_venv
+    framework_envs.register_kernel = lambda *args: None
+    print(framework_envs.ensure(ENVS["pytorch"], "cpu"))
+""")
+
+
+def test_a_second_process_waits_for_the_environment_the_first_is_making_and_does_not_make_it_again(tmp_path):
+    """Two run_all.py in one checkout that need the same environment: the second waits for the first (a lock per
+    environment) and finds it made. Made a second time, it was removed under the first one's installer, whose
+    `uv pip install --python .venvs/<env>/bin/python` then installed into the base interpreter."""
+    events, go = tmp_path / "events", tmp_path / "go"
+    env = dict(os.environ, DS2_ENVS_DIR=str(tmp_path / "venvs"), PYTHONUNBUFFERED="1")
+    code = LOCK_DRIVER % {"root": ROOT, "events": str(events), "go": str(go)}
+    first = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, universal_newlines=True)
+    procs = [first]
+    try:
+        deadline = time.time() + 60
+        while not (events.exists() and events.read_text()) and time.time() < deadline:
+            time.sleep(0.05)
+        assert events.read_text().split()[0] == "start"          # the first is making it, and holds the lock
+        second = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, universal_newlines=True)
+        procs.append(second)
+        waiting = second.stdout.readline()
+        assert waiting.startswith("waiting for another process that is making %s"
+                                  % (tmp_path / "venvs" / "pytorch-cpu")), waiting
+        go.write_text("")
+        outs = [p.communicate(timeout=60) for p in procs]
+    finally:
+        go.write_text("")
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert outs[0][0].splitlines()[-1] == outs[1][0].splitlines()[-1] == "ds2-pytorch-cpu", outs
+    assert [line.split()[0] for line in events.read_text().splitlines()] == ["start", "end"]   # made once
+    assert "Creating environment" not in waiting + outs[1][0]
+
+
+def test_nothing_is_installed_into_a_directory_that_is_no_longer_a_virtual_environment(tmp_path):
+    """Its bin/python still there, its pyvenv.cfg gone: that python is the base interpreter, so installing is
+    refused with one line, before uv runs."""
+    path = tmp_path / "env"
+    (path / "bin").mkdir(parents=True)
+    os.symlink(sys.executable, bootstrap.env_python(str(path)))
+    with pytest.raises(EnvError, match=r"env is not a virtual environment \(no pyvenv.cfg: removed while it was "
+                                       r"being made\?\); nothing was installed"):
+        bootstrap._install_with_uv(str(path), "req.txt", sys.executable, str(tmp_path / "log"), "pip", "/bin/false",
+                                   [], {}, lambda message: None, fresh=False)
+    assert not (tmp_path / "log").exists()
+
+
+@pytest.mark.skipif(not bootstrap.uv_executable(), reason="no uv beside this interpreter (envs/runner.txt has it)")
+def test_uv_installs_into_a_venv_made_again_where_uv_once_saw_the_base_interpreter(tmp_path, monkeypatch):
+    """uv caches which environment an interpreter path is. Asked once while the path was no venv (its pyvenv.cfg
+    gone, so bin/python is the base interpreter), it took the venv made again there for the base interpreter and
+    installed into that. Every uv command of ours asks afresh. Run with uv's --dry-run: a regression cannot touch
+    the base interpreter."""
+    uv, base = bootstrap.uv_executable(), getattr(sys, "_base_executable", None) or sys.executable
+    seed = bootstrap.bundled_seed(base)
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
+    monkeypatch.delenv("VIRTUAL_ENV", raising=False)
+    path = tmp_path / "env"
+    subprocess.run([base, "-m", "venv", "--without-pip", str(path)], check=True)
+    (path / "pyvenv.cfg").unlink()
+    probe = subprocess.run([uv, "pip", "install", "--dry-run", "--no-config", "--python", bootstrap.env_python(str(path)),
+                            "--no-index", "--no-deps", "--find-links", str(tmp_path), "nothing-to-find"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True).stdout
+    base_prefix = subprocess.run([base, "-c", "import sys; print(sys.prefix)"], stdout=subprocess.PIPE,
+                                 universal_newlines=True).stdout.strip()
+    assert "environment at: %s" % base_prefix in probe, probe        # uv has now seen the base interpreter there
+    subprocess.run(["rm", "-rf", str(path)], check=True)
+    real = bootstrap.run_logged
+
+    def dry(argv, *args, **kw):             # every uv install a dry run
+        if argv[:3] == [uv, "pip", "install"]:
+            argv = argv[:3] + ["--dry-run"] + argv[3:]
+        return real(argv, *args, **kw)
+    monkeypatch.setattr(bootstrap, "run_logged", dry)
+    req, log = tmp_path / "req.txt", tmp_path / "env.log"
+    req.write_text("")
+    bundled = os.path.join(os.path.dirname(os.__file__), "ensurepip", "_bundled")       # pip's wheel, no index
+    bootstrap._install_with_uv(str(path), str(req), base, str(log), "pip", uv, ["--no-index", "--find-links", bundled],
+                               {}, lambda message: None)
+    used = [line for line in log.read_text().splitlines() if "environment at:" in line]
+    assert len(used) == (2 if seed else 1), log.read_text()
+    assert not [line for line in used if line.endswith(base_prefix)], log.read_text()

@@ -13,6 +13,7 @@ of any), so both install the same files.  pip installs instead with ``--wheelhou
 installed (``DS2_RUNNER=current`` without it), where pip's configuration cannot be read or holds what
 uv cannot follow, after uv failed, and with ``DS2_INSTALLER=pip``.
 """
+import contextlib
 import glob
 import hashlib
 import json
@@ -23,6 +24,7 @@ import subprocess
 import sys
 import sysconfig
 import threading
+import time
 import venv
 from typing import Callable, List, Optional, Tuple
 
@@ -271,6 +273,52 @@ def count_installs(installer: str, on_count: Callable[[int], None]) -> Callable[
     return on_line
 
 
+@contextlib.contextmanager
+def env_lock(path: str, announce: Optional[Callable[[str], None]] = None,
+             stopping: Optional[Callable[[], bool]] = None):
+    """While held, this process alone checks, makes or registers the environment at ``path``: a second process that
+    would make the same one (another run_all.py or test session in this checkout) waits, then finds it made, instead
+    of removing it under the first one's installer (which then installed into the base interpreter).  An advisory
+    lock (``fcntl.flock``) on ``<path>.lock``, released when the holder ends, however it ends.  ``announce`` hears
+    one line when it has to wait; ``stopping`` (polled while waiting) ends the wait with an EnvError.  Where the
+    lock file cannot be written (a read-only environments directory, where nothing can be made either) it does not
+    lock."""
+    import fcntl
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if announce is not None:
+                shown = os.path.relpath(path, ROOT) if path.startswith(ROOT + os.sep) else path
+                announce("waiting for another process that is making %s (it holds %s.lock)" % (shown, shown))
+            while True:
+                if stopping is not None and stopping():
+                    raise EnvError("stopped while waiting for another process that is making %s" % path)
+                time.sleep(0.2)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    continue
+        yield
+    finally:
+        os.close(fd)
+
+
+def _require_venv(path: str) -> None:
+    """Refuses to install into ``path`` unless it is still a virtual environment: without its ``pyvenv.cfg`` its
+    ``bin/python`` is the base interpreter, and uv or pip would install there."""
+    if not os.path.isfile(os.path.join(path, "pyvenv.cfg")):
+        raise EnvError("%s is not a virtual environment (no pyvenv.cfg: removed while it was being made?); nothing "
+                       "was installed into the interpreter it points to" % path)
+
+
 def create_venv(path: str, requirements: str, base_python: str, stamp: dict, log_path: str,
                 pip: str = "pip", wheelhouse: Optional[str] = None, uv: Optional[str] = None,
                 progress: Optional[Callable[[str], None]] = None, uv_from_pins: bool = False) -> str:
@@ -338,6 +386,7 @@ def _pip_installs_uv(path: str, base_python: str, log_path: str) -> str:
         raise _NoUv("envs/runner.txt pins no uv")
     _make_venv(path, base_python, log_path, with_pip=True)
     env, no_cache = _no_cache_env()
+    _require_venv(path)
     run_logged([env_python(path), "-m", "pip", "install"] + no_cache + [requirement], log_path,
                "pip install %s" % requirement, env=env)
     return os.path.join(os.path.dirname(env_python(path)), "uv")
@@ -357,6 +406,7 @@ def _install_with_pip(path: str, requirements: str, base_python: str, log_path: 
     _make_venv(path, base_python, log_path, with_pip=True)
     py = env_python(path)
     env, no_cache = _no_cache_env()
+    _require_venv(path)
     run_logged([py, "-m", "pip", "install", "--upgrade"] + no_cache + offline + [pip], log_path,
                "upgrading pip in %s" % path, env=env)
     run_logged([py, "-m", "pip", "install"] + offline + ["-r", requirements], log_path,
@@ -377,15 +427,25 @@ def _install_with_uv(path: str, requirements: str, base_python: str, log_path: s
     if fresh:
         _make_venv(path, base_python, log_path, with_pip=False)
         seed = bundled_seed(base_python)
+    _require_venv(path)
+    # Each uv command asks the interpreter afresh (any --refresh-package does) which environment it is: uv caches
+    # that answer per path of bin/python, and its key is not changed by the venv made again there, so one answer
+    # of a moment when the path was no venv (its pyvenv.cfg gone: bin/python is then the base interpreter) sent
+    # every later install at that path into the base interpreter (measured with uv 0.13.9).
     if seed:        # by name from its directory, so that it is recorded as installed from an index, as pip's is
         wheel = os.path.basename(seed[0])
-        requirement = "%s==%s" % tuple(wheel.split("-")[:2])
-        run_logged([uv, "pip", "install", "--no-config", "--python", py, "--no-index", "--no-deps", "--find-links",
-                    os.path.dirname(seed[0]), requirement], log_path, "uv pip install %s" % requirement, env=env)
+        name, version = wheel.split("-")[:2]
+        requirement = "%s==%s" % (name, version)
+        run_logged([uv, "pip", "install", "--no-config", "--python", py, "--refresh-package", name, "--no-index",
+                    "--no-deps", "--find-links", os.path.dirname(seed[0]), requirement], log_path,
+                   "uv pip install %s" % requirement, env=env)
     # uv compiles with the environment's interpreter, through an API Python 3.7 added: Python 3.6 compiles itself
     uv_compiles = _runs_ok([py, "-c", "import py_compile; py_compile.PycInvalidationMode"])
-    run_logged([uv, "pip", "install", "--no-config", "--python", py] + (["--compile-bytecode"] if uv_compiles else [])
-               + uv_args + ["--upgrade-package", pip.split("=")[0].split("<")[0].split(">")[0], pip, "-r", requirements],
+    _require_venv(path)
+    pip_name = pip.split("=")[0].split("<")[0].split(">")[0]
+    run_logged([uv, "pip", "install", "--no-config", "--python", py, "--refresh-package", pip_name]
+               + (["--compile-bytecode"] if uv_compiles else [])
+               + uv_args + ["--upgrade-package", pip_name, pip, "-r", requirements],
                log_path, "uv pip install -r %s" % os.path.relpath(requirements, ROOT), env=env,
                on_line=count_installs("uv", lambda n: say("uv installs %d packages" % n)))
     if not uv_compiles:
@@ -414,16 +474,20 @@ def ensure_runner_env(announce=print, wheelhouse: Optional[str] = None) -> str:
     ``wheelhouse`` only, when given: checked first, WheelhouseError naming what it lacks)."""
     path = runner_dir()
     stamp = {"requirements": file_digest(RUNNER_REQUIREMENTS)}
-    if read_stamp(path) != stamp or not os.path.exists(env_python(path)):
-        base = getattr(sys, "_base_executable", None) or sys.executable
-        if wheelhouse:
-            from runner.envs import wheelhouse as wh
-            wh.require_wheels(wheelhouse, RUNNER_REQUIREMENTS, "%d.%d" % sys.version_info[:2], "the runner's environment")
-        announce("Creating the runner environment %s from envs/runner.txt (once; %s)..."
-                 % (path, "with pip" if uv_excluded(wheelhouse) else "with uv, installed first by pip"))
-        os.makedirs(ENVS_DIR, exist_ok=True)
-        create_venv(path, RUNNER_REQUIREMENTS, base, stamp, os.path.join(ENVS_DIR, "runner.log"),
-                    wheelhouse=wheelhouse, uv_from_pins=True)
+    if read_stamp(path) == stamp and os.path.exists(env_python(path)):
+        return env_python(path)
+    with env_lock(path, announce):          # a second run_all.py started meanwhile waits here, then finds it made
+        if read_stamp(path) != stamp or not os.path.exists(env_python(path)):
+            base = getattr(sys, "_base_executable", None) or sys.executable
+            if wheelhouse:
+                from runner.envs import wheelhouse as wh
+                wh.require_wheels(wheelhouse, RUNNER_REQUIREMENTS, "%d.%d" % sys.version_info[:2],
+                                  "the runner's environment")
+            announce("Creating the runner environment %s from envs/runner.txt (once; %s)..."
+                     % (path, "with pip" if uv_excluded(wheelhouse) else "with uv, installed first by pip"))
+            os.makedirs(ENVS_DIR, exist_ok=True)
+            create_venv(path, RUNNER_REQUIREMENTS, base, stamp, os.path.join(ENVS_DIR, "runner.log"),
+                        wheelhouse=wheelhouse, uv_from_pins=True)
     return env_python(path)
 
 

@@ -17,7 +17,8 @@ from typing import Callable, List, Optional, Tuple
 from common.results import atomic_write_text
 
 from runner.envs import bootstrap
-from runner.envs.bootstrap import ENVS_DIR, STAMP, create_venv, env_python, file_digest, read_stamp, run_logged
+from runner.envs.bootstrap import (ENVS_DIR, STAMP, create_venv, env_lock, env_python, file_digest, read_stamp,
+                                   run_logged)
 from runner.base import ROOT, EnvError
 from runner import interrupt
 from runner.envs import gpu_preflight
@@ -127,6 +128,14 @@ def _ensure(env: Env, device: str, python: Optional[str], announce, build: Optio
             wheelhouse: Optional[str], progress: Optional[Callable[[str], None]] = None,
             creating: Optional[Callable[[str, str], str]] = None) -> str:
     base, req, path, version, stamp = _stamp(env, device, python, build)
+    # another process making the same environment (a second run_all.py in this checkout) is waited for
+    with env_lock(path, announce, _stopping.is_set):
+        return _ensure_locked(env, device, python, announce, build, wheelhouse, progress, creating,
+                              base, req, path, version, stamp)
+
+
+def _ensure_locked(env, device, python, announce, build, wheelhouse, progress, creating,
+                   base, req, path, version, stamp) -> str:
     log = os.path.join(ENVS_DIR, "%s.log" % os.path.basename(path))
     fresh = read_stamp(path) != stamp or not os.path.exists(env_python(path))
     if fresh:
