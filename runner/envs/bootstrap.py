@@ -431,7 +431,7 @@ def _install_with_uv(path: str, requirements: str, base_python: str, log_path: s
     # Each uv command asks the interpreter afresh (any --refresh-package does) which environment it is: uv caches
     # that answer per path of bin/python, and its key is not changed by the venv made again there, so one answer
     # of a moment when the path was no venv (its pyvenv.cfg gone: bin/python is then the base interpreter) sent
-    # every later install at that path into the base interpreter (measured with uv 0.13.9).
+    # every later install at that path into the base interpreter (seen with uv 0.13.9, envs/runner.txt's).
     if seed:        # by name from its directory, so that it is recorded as installed from an index, as pip's is
         wheel = os.path.basename(seed[0])
         name, version = wheel.split("-")[:2]
