@@ -149,10 +149,12 @@ def has_bytecode(env_path, module):
 
 
 def test_uv_makes_cntks_python_36_environment_with_its_bytecode(tmp_path, monkeypatch):
-    """uv's --compile-bytecode needs Python 3.7's py_compile; on CNTK's Python 3.6 the environment compiles itself."""
-    python36 = os.environ.get("DS2_CNTK_PYTHON")
+    """uv's --compile-bytecode needs Python 3.7's py_compile; on CNTK's Python 3.6 the environment compiles itself.
+    The interpreter is the one the runner finds (DS2_CNTK_PYTHON, else its search)."""
+    from runner.envs import cntk_python
+    python36 = cntk_python.discover().path
     if not python36:
-        pytest.skip("no CNTK interpreter (DS2_CNTK_PYTHON unset)")
+        pytest.skip("no CNTK interpreter: DS2_CNTK_PYTHON is unset and the runner's search found none")
     monkeypatch.setenv("DS2_INSTALLER", "uv")
     req = tmp_path / "req.txt"
     req.write_text("six==1.16.0\n")
