@@ -412,3 +412,16 @@ def test_uv_installs_into_a_venv_made_again_where_uv_once_saw_the_base_interpret
     used = [line for line in log.read_text().splitlines() if "environment at:" in line]
     assert len(used) == (2 if seed else 1), log.read_text()
     assert not [line for line in used if line.endswith(base_prefix)], log.read_text()
+
+
+def test_where_the_filesystem_has_no_locks_the_environment_is_made_unlocked(tmp_path, monkeypatch):
+    import errno
+    import fcntl
+
+    def no_locks(fd, operation):
+        raise OSError(errno.ENOLCK, "No locks available")
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    entered = []
+    with bootstrap.env_lock(str(tmp_path / "venvs" / "pytorch-cpu"), announce=entered.append):
+        entered.append("made")
+    assert entered == ["made"]

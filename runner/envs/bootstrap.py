@@ -281,8 +281,8 @@ def env_lock(path: str, announce: Optional[Callable[[str], None]] = None,
     of removing it under the first one's installer (which then installed into the base interpreter).  An advisory
     lock (``fcntl.flock``) on ``<path>.lock``, released when the holder ends, however it ends.  ``announce`` hears
     one line when it has to wait; ``stopping`` (polled while waiting) ends the wait with an EnvError.  Where the
-    lock file cannot be written (a read-only environments directory, where nothing can be made either) it does not
-    lock."""
+    lock file cannot be written (a read-only environments directory, where nothing can be made either) or the
+    filesystem has no locks, it does not lock."""
     import fcntl
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -306,6 +306,8 @@ def env_lock(path: str, announce: Optional[Callable[[str], None]] = None,
                     break
                 except BlockingIOError:
                     continue
+        except OSError:             # a filesystem without locks (some network mounts): made as before, unlocked
+            pass
         yield
     finally:
         os.close(fd)
