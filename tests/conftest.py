@@ -308,6 +308,37 @@ def env_interpreter(run, target):
     return python
 
 
+def cpu_env(row):
+    """(environment folder, interpreter) of ``row``'s CPU environment where the runner puts it (DS2_ENVS_DIR
+    honoured), made by ``run_all.py --setup-only`` when it is not there yet (a test file run before any test made
+    it: ``--full -m full``, or the file alone, on a fresh clone).  Where the runner cannot make it, the test fails
+    with the runner's last line, or is skipped with it where the environment needs an interpreter nobody named (CNTK's
+    Python 3.6 without DS2_CNTK_PYTHON, which ``.ci/run`` sets)."""
+    import glob
+    from runner.envs import framework_envs
+    from runner.envs.bootstrap import env_python
+    from runner.envs.definitions import ENVS
+    from runner.run.targets import TARGETS
+    env = ENVS[TARGETS[row].env]
+    pattern = framework_envs.env_path(env, "cpu") + "*"
+
+    def found():
+        return [p for p in sorted(glob.glob(pattern)) if os.path.exists(env_python(p))]
+    paths = found()
+    if not paths:
+        made = subprocess.run([sys.executable, os.path.join(ROOT, "run_all.py"), "--setup-only", "--device", "cpu",
+                               "--frameworks", row, "--no-progress"], cwd=ROOT, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, universal_newlines=True, timeout=1200)
+        paths = found()
+        if not paths:
+            why = "%s: run_all.py --setup-only made no environment %s (exit status %d): %s" % (
+                row, pattern, made.returncode, (made.stdout.strip().splitlines() or ["?"])[-1])
+            if env.needs_python and not os.environ.get("DS2_CNTK_PYTHON"):
+                pytest.skip(why)
+            pytest.fail(why)
+    return paths[0], env_python(paths[0])
+
+
 def harness_result(python, source, directory, *args, timeout=600):
     """Run ``source`` (a harness script: a notebook's cells in a framework's environment) with ``python`` from the
     repository root, ``args`` after its path; the JSON of the last line it prints that starts with ``RESULT ``.  The
@@ -643,7 +674,7 @@ def _lanes_ahead(request, tmp_path_factory):
     used = _fixtures_in_use(request.session)
     after = tuple(name for name in AFTER_SMOKE if name in used)
     if ("lane_runs" in used or after) and idle_undoable():          # else each fixture makes its runs when asked
-        LANES_AHEAD.start(*_lane_jobs(used, tmp_path_factory), after=after, env=dict(os.environ))
+        LANES_AHEAD.start(*_lane_jobs(used, tmp_path_factory), after=after)
     yield
     LANES_AHEAD.stop()
 

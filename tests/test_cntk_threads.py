@@ -10,22 +10,19 @@ The default tier runs the notebook's code cells, sections 1 through 9 (smoke: th
 epoch), as one script in the CNTK environment with ``OMP_NUM_THREADS=1`` (a few seconds); ``--full`` adds
 ``MKL_NUM_THREADS=1`` and ``taskset -c 0`` (which died the same way), and ``run_all.py`` on the smoke preset with
 ``OMP_NUM_THREADS=1``, the whole notebook in its Jupyter kernel.  An environment that is not there is made first."""
-import glob
 import json
 import math
 import os
 import shutil
 import signal
 import subprocess
-import sys
 
 import pytest
 
-from runner.envs import framework_envs
 from runner.envs.definitions import ENVS
 from runner.run.targets import TARGETS
 
-from .conftest import ROOT, RunAll, ok_record, selected_targets
+from .conftest import ROOT, RunAll, cpu_env, ok_record, selected_targets
 
 NOTEBOOK = os.path.join(ROOT, "notebooks", "CNTK_DS2.ipynb")
 
@@ -57,28 +54,10 @@ def sections_1_to_9(result_path):
 
 
 def cntk_python():
-    """The CNTK CPU environment under the environments folder and its interpreter, made by ``run_all.py
-    --setup-only`` when it is not there yet (``--full -m full`` on a fresh clone runs this file before any test has
-    made it).  Where the runner cannot make it, skipped with the runner's reason, unless DS2_CNTK_PYTHON names an
-    interpreter (as ``.ci/run`` does): then that is a failure."""
+    """The CNTK CPU environment and its interpreter (:func:`tests.conftest.cpu_env`: made when not there yet)."""
     if "cntk" not in selected_targets():
         pytest.skip("cntk is not among DS2_TEST_FRAMEWORKS")
-    env = ENVS[TARGETS["cntk"].env]
-
-    def found():
-        return [p for p in sorted(glob.glob(framework_envs.env_path(env, "cpu") + "*"))
-                if os.path.exists(os.path.join(p, "bin", "python"))]
-    if not found():
-        made = subprocess.run([sys.executable, os.path.join(ROOT, "run_all.py"), "--setup-only", "--device", "cpu",
-                               "--frameworks", "cntk", "--no-progress"], cwd=ROOT, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, universal_newlines=True, timeout=1200)
-        if not found():
-            why = "cntk: run_all.py --setup-only made no environment %s* (exit status %d): %s" % (
-                framework_envs.env_path(env, "cpu"), made.returncode, (made.stdout.strip().splitlines() or ["?"])[-1])
-            if os.environ.get("DS2_CNTK_PYTHON"):
-                pytest.fail(why)
-            pytest.skip(why)
-    return found()[0], os.path.join(found()[0], "bin", "python")
+    return cpu_env("cntk")
 
 
 def run_sections(tmp_path, prefix=(), **environ):

@@ -7,7 +7,6 @@ The loss of a batch whose labels are padded past their lengths (as ``common.corp
 the notebook's own cells (its translation, ``runner/rosetta/extract.py``, rendered from the notebook as it is now) in the
 framework's environment at the smoke width; an environment that is not there is skipped with the reason.
 """
-import glob
 import json
 import os
 import subprocess
@@ -19,11 +18,10 @@ from common import reference
 from common.spec import SMOKE_MODEL
 from common.weights import canonical_state
 from runner.rosetta import extract
-from runner.envs import framework_envs
 from runner.envs.definitions import ENVS
 from runner.run.targets import TARGETS
 
-from .conftest import FIRST_LOSS_RTOL, selected_targets
+from .conftest import FIRST_LOSS_RTOL, cpu_env, selected_targets
 
 
 # ---- the notebooks' CTC on padded labels against the NumPy reference ------------------------------------------------
@@ -83,22 +81,11 @@ def reference_losses(features, labels, lengths):
             for n, length in enumerate(lengths)]
 
 
-def framework_python(row):
-    """The interpreter of the row's CPU environment under the environments folder, or skip with the reason."""
-    env = ENVS[TARGETS[row].env]
-    found = sorted(glob.glob(framework_envs.env_path(env, "cpu") + "*"))
-    found = [p for p in found if os.path.exists(os.path.join(p, "bin", "python"))]
-    if not found:
-        pytest.skip("%s: no environment %s* (python run_all.py --setup-only --frameworks %s makes it)"
-                    % (row, framework_envs.env_path(env, "cpu"), row))
-    return found[0], os.path.join(found[0], "bin", "python")
-
-
 @pytest.mark.parametrize("row", ["mxnet", "cntk"])
 def test_ctc_with_label_lengths_matches_the_reference(row, tmp_path):
     if row not in selected_targets():
         pytest.skip("%s is not among DS2_TEST_FRAMEWORKS" % row)
-    venv, python = framework_python(row)
+    venv, python = cpu_env(row)
     source = tmp_path / ("ds2_%s.py" % row)
     source.write_text(extract.render(extract.name_of(row)))
     features, labels, lengths = padded_batch()

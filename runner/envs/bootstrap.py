@@ -443,7 +443,6 @@ def _install_with_uv(path: str, requirements: str, base_python: str, log_path: s
                    "uv pip install %s" % requirement, env=env)
     # uv compiles with the environment's interpreter, through an API Python 3.7 added: Python 3.6 compiles itself
     uv_compiles = _runs_ok([py, "-c", "import py_compile; py_compile.PycInvalidationMode"])
-    _require_venv(path)
     pip_name = pip.split("=")[0].split("<")[0].split(">")[0]
     run_logged([uv, "pip", "install", "--no-config", "--python", py, "--refresh-package", pip_name]
                + (["--compile-bytecode"] if uv_compiles else [])

@@ -130,39 +130,33 @@ def _ensure(env: Env, device: str, python: Optional[str], announce, build: Optio
     base, req, path, version, stamp = _stamp(env, device, python, build)
     # another process making the same environment (a second run_all.py in this checkout) is waited for
     with env_lock(path, announce, _stopping.is_set):
-        return _ensure_locked(env, device, python, announce, build, wheelhouse, progress, creating,
-                              base, req, path, version, stamp)
-
-
-def _ensure_locked(env, device, python, announce, build, wheelhouse, progress, creating,
-                   base, req, path, version, stamp) -> str:
-    log = os.path.join(ENVS_DIR, "%s.log" % os.path.basename(path))
-    fresh = read_stamp(path) != stamp or not os.path.exists(env_python(path))
-    if fresh:
-        details = "Python %s, %s, %s" % (version, os.path.relpath(req, ROOT), installer_for(wheelhouse))
-        announce(creating(details, log) if creating else "Creating environment %s (%s); log: %s"
-                 % (os.path.relpath(path, ROOT), details, log))
-        os.makedirs(ENVS_DIR, exist_ok=True)
-        if os.path.exists(log):
-            os.remove(log)
-        if wheelhouse:
-            from runner.envs import wheelhouse as wh
-            wh.require_wheels(wheelhouse, req, version, "environment %s" % env.name, pip_spec=env.pip)
-        if progress is None:
-            create_venv(path, req, base, stamp, log, pip=env.pip, wheelhouse=wheelhouse)
-        else:
-            create_venv(path, req, base, stamp, log, pip=env.pip, wheelhouse=wheelhouse, progress=progress)
-        if env.post_create:
-            try:
-                env.post_create(path)
-            except BaseException:
-                os.remove(os.path.join(path, STAMP))   # not ready: rebuilt next time
-                raise
-    name = kernel_name(env, device, python, build)
-    spec_file = os.path.join(kernels_prefix(), "share", "jupyter", "kernels", name, "kernel.json")
-    if fresh or not os.path.exists(spec_file) or not _kernel_env_current(env, path, spec_file):
-        register_kernel(env, path, name, version, log)
-    return name
+        log = os.path.join(ENVS_DIR, "%s.log" % os.path.basename(path))
+        fresh = read_stamp(path) != stamp or not os.path.exists(env_python(path))
+        if fresh:
+            details = "Python %s, %s, %s" % (version, os.path.relpath(req, ROOT), installer_for(wheelhouse))
+            announce(creating(details, log) if creating else "Creating environment %s (%s); log: %s"
+                     % (os.path.relpath(path, ROOT), details, log))
+            os.makedirs(ENVS_DIR, exist_ok=True)
+            if os.path.exists(log):
+                os.remove(log)
+            if wheelhouse:
+                from runner.envs import wheelhouse as wh
+                wh.require_wheels(wheelhouse, req, version, "environment %s" % env.name, pip_spec=env.pip)
+            if progress is None:
+                create_venv(path, req, base, stamp, log, pip=env.pip, wheelhouse=wheelhouse)
+            else:
+                create_venv(path, req, base, stamp, log, pip=env.pip, wheelhouse=wheelhouse, progress=progress)
+            if env.post_create:
+                try:
+                    env.post_create(path)
+                except BaseException:
+                    os.remove(os.path.join(path, STAMP))   # not ready: rebuilt next time
+                    raise
+        name = kernel_name(env, device, python, build)
+        spec_file = os.path.join(kernels_prefix(), "share", "jupyter", "kernels", name, "kernel.json")
+        if fresh or not os.path.exists(spec_file) or not _kernel_env_current(env, path, spec_file):
+            register_kernel(env, path, name, version, log)
+        return name
 
 
 def installer_for(wheelhouse: Optional[str]) -> str:
