@@ -15,6 +15,9 @@ import of JAX, and nothing a setting compiled or autotuned carries into the next
   the shapes share is tuned once);
 - ``autotune0``: ``threads`` with ``XLA_FLAGS=--xla_gpu_autotune_level=0`` (no autotuning: the libraries'
   default kernels);
+- ``cublas``: ``threads`` with ``XLA_FLAGS=--xla_gpu_enable_triton_gemm=false`` (matrix products by cuBLAS only:
+  XLA still picks among cuBLAS's algorithms, but compiles and times no Triton candidates, the bulk of its
+  autotuning);
 - ``dump``: ``serial``, and XLA writes what it autotuned to a file (``--xla_gpu_dump_autotune_results_to``; each
   compilation writes the file whole, so they go one at a time: two writing at once could mix it);
 - ``loaded``: ``threads`` in a fresh process that reads that file first (``--xla_gpu_load_autotune_results_from``):
@@ -42,6 +45,7 @@ SETTINGS = {
     "threads": {"threads": None, "first": False, "xla_flags": ""},
     "first": {"threads": None, "first": True, "xla_flags": ""},
     "autotune0": {"threads": None, "first": False, "xla_flags": "--xla_gpu_autotune_level=0"},
+    "cublas": {"threads": None, "first": False, "xla_flags": "--xla_gpu_enable_triton_gemm=false"},
     "dump": {"threads": 1, "first": False, "xla_flags": "--xla_gpu_dump_autotune_results_to={autotune}"},
     "loaded": {"threads": None, "first": False, "xla_flags": "--xla_gpu_load_autotune_results_from={autotune}"},
 }
