@@ -51,15 +51,31 @@ def _outcome(rec: dict) -> str:
     return "%s: %s" % (rec.get("status"), str(rec.get("error") or "no reason given")[:120])
 
 
+#: the order of a row's precisions on one line
+PRECISION_ORDER = ("fp32", "tf32", "bf16")
+
+
+def _by_row(gpu: List[dict], key) -> "OrderedDict":
+    """Records grouped by ``key(record)`` (groups sorted), each group's records in PRECISION_ORDER."""
+    groups = OrderedDict()
+    for rec in sorted(gpu, key=lambda r: tuple(str(k) for k in key(r))):
+        groups.setdefault(key(rec), []).append(rec)
+    rank = {p: i for i, p in enumerate(PRECISION_ORDER)}
+    return OrderedDict((k, sorted(v, key=lambda r: (rank.get(r.get("precision"), len(rank)), str(r.get("precision")))))
+                       for k, v in groups.items())
+
+
 def ran_lines(gpu: List[dict], records_dir: str, output: str) -> List[str]:
     if not gpu:
         return ["- **Has run on a GPU:** nothing yet: no record here ran on a GPU."]
-    lines = ["- **Has run on a GPU** (one line per record):"]
-    for rec in sorted(gpu, key=lambda r: (r.get("target", ""), r.get("preset", ""), r.get("precision", ""))):
-        lines.append("  - `%s` %s, %s, batch %s, on an %s through %s: %s (%s)" % (
-            rec.get("target"), rec.get("preset"), rec.get("precision"), rec.get("batch_size"),
-            (rec.get("device") or {}).get("name") or "unknown GPU", ROUTES[route(rec)], _outcome(rec),
-            _record_link(rec, records_dir, output)))
+    lines = ["- **Has run on a GPU** (one line per row, preset, batch size, card and route; a record per precision):"]
+    key = lambda r: (r.get("target", ""), r.get("preset", ""), r.get("batch_size"),
+                     (r.get("device") or {}).get("name") or "unknown GPU", route(r))
+    for (target, preset, batch, card, how), recs in _by_row(gpu, key).items():
+        lines.append("  - `%s` %s, batch %s, on an %s through %s: %s" % (
+            target, preset, batch, card, ROUTES[how], "; ".join(
+                "%s %s (%s)" % (rec.get("precision"), _outcome(rec), _record_link(rec, records_dir, output))
+                for rec in recs)))
     return lines
 
 
@@ -130,10 +146,12 @@ def time_lines(gpu: List[dict]) -> List[str]:
                  "estimated as that run with its timed pass replaced by one full epoch at its measured speed. A row "
                  "not listed has no finished GPU record: its time is unknown, and slower frameworks take far longer."
                  % (PRESETS["quick"].purpose, PRESETS["deepmark"].purpose))
-    for rec, quick, deepmark in est:
-        lines.append("  - `%s` %s, batch %s, %s: quick %s, deepmark about %s" % (
-            rec.get("target"), rec.get("precision"), rec.get("batch_size"), (rec.get("device") or {}).get("name"),
-            _minutes(quick), _minutes(deepmark)))
+    walls = {id(rec): (quick, deepmark) for rec, quick, deepmark in est}
+    key = lambda r: (r.get("target", ""), r.get("batch_size"), (r.get("device") or {}).get("name"))
+    for (target, batch, card), recs in _by_row([rec for rec, _, _ in est], key).items():
+        lines.append("  - `%s` batch %s, %s: %s" % (target, batch, card, "; ".join(
+            "%s quick %s, deepmark about %s" % (rec.get("precision"), _minutes(walls[id(rec)][0]),
+                                                _minutes(walls[id(rec)][1])) for rec in recs)))
     return lines
 
 
