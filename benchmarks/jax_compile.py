@@ -61,9 +61,15 @@ def setting_flags(name: str, autotune_file: str) -> str:
 def autotune_summary(path: str) -> dict:
     """What ``dump`` left at ``path``: its size, the number of results in it, and its text (for the JSON, so that
     a device call returns it inside the one file)."""
+    sys.path.insert(0, ROOT)
+    from common import xla_autotune
     with open(path) as f:
         text = f.read()
-    return {"bytes": len(text.encode()), "results": text.count("results {"), "textproto": text}
+    try:
+        entries = xla_autotune.count(text)
+    except ValueError:                                       # not a whole file: the JSON keeps its text all the same
+        entries = None
+    return {"bytes": len(text.encode()), "results": entries, "textproto": text}
 
 
 def measure(preset, precision, lengths, threads, first, steps):
@@ -204,7 +210,7 @@ def main(argv=None):
         if name == "dump":
             a = r["autotune_results"] = autotune_summary(autotune_file) if os.path.exists(autotune_file) else None
             print("%-10s autotuning results: %s" % ("", "none written (XLA autotunes on a GPU only)" if a is None else
-                                                     "%d in %d bytes" % (a["results"], a["bytes"])), flush=True)
+                                                     "%s in %d bytes" % (a["results"], a["bytes"])), flush=True)
         write()
     shutil.rmtree(workdir, ignore_errors=True)
     return 0 if all("error" not in r for r in results.values()) else 1

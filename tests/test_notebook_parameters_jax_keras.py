@@ -10,6 +10,7 @@ import os
 import numpy as np
 import pytest
 
+from common.envinfo import gpus
 from common.spec import get_preset
 from tests.conftest import K_STEPS, full_targets, ok_record as ok, selected_targets, variant_rtol
 
@@ -66,6 +67,8 @@ def test_record_has_the_peak_and_the_variant(smoke, target):
         assert fast in rec["options"]["xla_flags"], rec["options"]["xla_flags"]
     elif target.startswith("keras"):
         assert fast not in str(rec["options"]["xla_flags"]), rec["options"]["xla_flags"]   # JAX's flag alone
+    if (target.startswith("jax") or target == "keras-jax") and not gpus():
+        assert rec["options"]["xla_autotune"] is None      # XLA's autotuning results: a GPU's (section 2)
     if target.startswith("jax"):
         xla = rec["options"]["xla_compilations"]
         assert xla["epoch"] == 0, xla                      # the timed pass compiles nothing

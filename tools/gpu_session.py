@@ -17,12 +17,13 @@ In order, under its own deadline (``--deadline-s`` from its start; :data:`RESERV
    else with the runner in this interpreter (``DS2_RUNNER=current``).  A row starts only when its estimate
    (:func:`estimate`) fits in the seconds left; one still running at the deadline gets SIGTERM (run_all.py records
    it as terminated and stops its kernel), then SIGKILL, its process group and every process that carries the
-   session's marker variable.  After each row its record, executed notebook and logs are appended to
-   ``session.tar`` (a copy made whole, then renamed: a killed call still returns every row that finished) and a
+   session's marker variable.  Each row runs with ``DS2_XLA_AUTOTUNE_DUMP_DIR`` set: the JAX and Keras-on-JAX
+   notebooks have XLA write their autotuning results there (common/xla_autotune.py).  After each row its record,
+   executed notebook, logs and autotuning results are appended to ``session.tar`` (a copy made whole, then renamed: a killed call still returns every row that finished) and a
    line to ``summary.tsv``.
 
 What comes back (:data:`OUT_FILES`, six files): ``session.tar`` (``records/``, ``notebooks/``, ``logs/``,
-``latency/``: extract it into a results directory and ``python -m runner.report --results-dir`` reads it),
+``latency/``, ``autotune/``: ``tools/import_session.py`` brings it into a results directory; extract it into a results directory and ``python -m runner.report --results-dir`` reads it),
 ``summary.tsv`` (:data:`COLUMNS`), ``latency.json``, ``versions.json``, ``nvidia-smi.txt`` and ``session.log``
 (what started, what was not started and why).
 
@@ -51,7 +52,7 @@ from typing import Dict, List, Optional, Tuple
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from common import envinfo  # noqa: E402  (standard library only, as are the two below)
+from common import envinfo, xla_autotune  # noqa: E402  (standard library only, as are the two below)
 from common.spec import PRECISIONS, PRESETS, get_preset  # noqa: E402
 from runner.dp import host_agent  # noqa: E402
 from runner import validate  # noqa: E402
@@ -405,10 +406,13 @@ def run_row(args, target: str, precision: str, out: Out, clock: Deadline, env: D
     out.log(clock, "%s %s: started, estimate %d s (%s), %.0f s left: %s" % (target, precision, est, source, left,
                                                                             " ".join(cmd)))
     t0 = time.monotonic()
-    code, killed = run_until(cmd, env, log, left, env[MARKER])
+    autotune_dir = os.path.join(results_dir, "autotune")      # XLA's autotuning results, on JAX (the notebooks)
+    code, killed = run_until(cmd, dict(env, **{xla_autotune.DUMP_ENV: autotune_dir}), log, left, env[MARKER])
     took = time.monotonic() - t0
     records = sorted(glob.glob(os.path.join(results_dir, "records", "*.json")))
     members = [(p, "records/" + os.path.basename(p)) for p in records]
+    members += [(p, "autotune/" + os.path.relpath(p, autotune_dir).replace(os.sep, "/"))
+                for p in sorted(glob.glob(os.path.join(autotune_dir, "*", "*" + xla_autotune.SUFFIX)))]
     members += [(p, "notebooks/" + os.path.basename(p))
                 for p in sorted(glob.glob(os.path.join(results_dir, "notebooks", "*.ipynb")))]
     members += [(p, "logs/" + os.path.basename(p)) for p in sorted(glob.glob(os.path.join(results_dir, "logs", "*")))]

@@ -9,42 +9,50 @@ Each record (``records/NAME.json``) goes to ``RESULTS/records/``, its executed n
 to ``RESULTS/notebooks/``, and the latency figures (``latency/rnn_latency.json``, ``benchmarks/rnn_latency.py``'s
 output) to ``RESULTS/latency/<card>.json`` (the card's name in lower case, ``nvidia-h200.json``), where
 ``python -m runner.report`` finds them.  A record or a latency file of the same name is replaced: the newest run
-of a row is its row.  The logs stay in the tarball (``results/logs`` is not committed).
+of a row is its row.  XLA's autotuning results (``autotune/jax-<jaxlib>/<card>.<row>.textproto``, written by the
+JAX and Keras-on-JAX rows) are merged into ``RESULTS/autotune/jax-<jaxlib>/<card>.textproto``, where the notebooks
+read them on that card (common/xla_autotune.py): every entry once, the file's own first; one that is not a whole
+results file is left out, and a line on stderr says so.  The logs stay in the tarball (``results/logs`` is not
+committed).
 
 The records are the ones the runs wrote; one field changes: ``run.executed_notebook`` named the notebook in the
 session's scratch folder on the device machine, and now names its copy here (relative to the checkout, as
 ``run_all.py`` writes it).  ``run.session`` says so: the tarball's name and the path the run wrote.
 
 Exit status 0, 2 for bad input (one line, before anything is written): a missing or unreadable tarball, a member
-outside ``records/``, ``notebooks/``, ``logs/`` and ``latency/`` or with a path that leaves its folder, a record
+outside ``records/``, ``notebooks/``, ``logs/``, ``latency/`` and ``autotune/`` or with a path that leaves its folder, a record
 that is not a run's record, a tarball with neither records nor latency figures.
 """
 import json
 import os
+import re
 import sys
 import tarfile
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from common import xla_autotune  # noqa: E402
 from common.envinfo import device_slug  # noqa: E402
 from common.results import atomic_write_text  # noqa: E402
 from runner import validate  # noqa: E402
 
 PROG = "import_session.py"
 #: the tarball's folders (tools/gpu_session.py writes these and no others)
-FOLDERS = ("records", "notebooks", "logs", "latency")
+FOLDERS = ("records", "notebooks", "logs", "latency", "autotune")
+#: an autotuning results member: autotune/jax-<jaxlib>/<card>.<row-precision>.textproto
+AUTOTUNE_MEMBER = re.compile(r"^autotune/(jax-[\w.+-]+)/([a-z0-9-]+)\.[\w.+-]+\.textproto$")
 
 
 class Refused(Exception):
     pass
 
 
-def read_session(tar_path: str) -> Tuple[Dict[str, dict], Dict[str, bytes], List[dict]]:
-    """(record name -> record, notebook name -> bytes, latency reports) from the tarball; :class:`Refused` for
-    anything :func:`main`'s docstring names as bad input."""
-    records, notebooks, latency = {}, {}, []
+def read_session(tar_path: str):
+    """(record name -> record, notebook name -> bytes, latency reports, (jax-<jaxlib>, card) -> autotuning results'
+    texts) from the tarball; :class:`Refused` for anything :func:`main`'s docstring names as bad input."""
+    records, notebooks, latency, autotune = {}, {}, [], {}
     try:
         tar = tarfile.open(tar_path, "r")
     except (OSError, tarfile.TarError) as e:
@@ -52,16 +60,21 @@ def read_session(tar_path: str) -> Tuple[Dict[str, dict], Dict[str, bytes], List
     with tar:
         for member in tar.getmembers():
             parts = member.name.split("/")
-            if (member.name.startswith("/") or ".." in parts or len(parts) != 2 or parts[0] not in FOLDERS
-                    or not member.isfile()):
-                raise Refused("%s: member %r is not a file directly under %s: not a device session's tarball"
-                              % (tar_path, member.name, ", ".join(f + "/" for f in FOLDERS)))
-            folder, name = parts
+            tuned = AUTOTUNE_MEMBER.match(member.name)
+            if (member.name.startswith("/") or ".." in parts or parts[0] not in FOLDERS or not member.isfile()
+                    or (len(parts) != 2 if parts[0] != "autotune" else not tuned)):
+                raise Refused("%s: member %r is not a file directly under %s, or autotune/jax-VERSION/CARD.ROW"
+                              ".textproto: not a device session's tarball"
+                              % (tar_path, member.name, ", ".join(f + "/" for f in FOLDERS[:-1])))
+            folder, name = parts[0], parts[-1]
             if folder == "logs":
                 continue
             data = tar.extractfile(member).read()
             if folder == "notebooks":
                 notebooks[name] = data
+                continue
+            if folder == "autotune":
+                autotune.setdefault(tuned.groups(), []).append((member.name, data.decode("utf-8", "replace")))
                 continue
             try:
                 doc = json.loads(data.decode("utf-8"))
@@ -80,14 +93,38 @@ def read_session(tar_path: str) -> Tuple[Dict[str, dict], Dict[str, bytes], List
                 latency.append(doc)
     if not records and not latency:
         raise Refused("%s holds no record and no latency figures: nothing to import" % tar_path)
-    return records, notebooks, latency
+    return records, notebooks, latency, autotune
 
 
-def import_session(tar_path: str, results_dir: str) -> List[str]:
-    """Write the tarball's records, notebooks and latency figures under ``results_dir``; the paths written."""
-    records, notebooks, latency = read_session(tar_path)
+def merge_autotune(path: str, members: List[Tuple[str, str]]) -> Tuple[Optional[str], List[str]]:
+    """The file at ``path`` (where it exists) and the session's results for it as one text, every entry once (the
+    file's own first); a member that is not a whole results file is left out, named in the second value.  None
+    where nothing is left to write."""
+    texts, left_out = [], []
+    if os.path.isfile(path):
+        with open(path) as f:
+            texts.append(f.read())
+    for name, text in members:
+        try:
+            xla_autotune.entries(text)
+        except ValueError as e:
+            left_out.append("%s: %s" % (name, e))
+            continue
+        texts.append(text)
+    if len(texts) == (1 if os.path.isfile(path) else 0):
+        return None, left_out
+    try:
+        return xla_autotune.merge(texts), left_out
+    except ValueError as e:
+        return None, left_out + ["%s: %s" % (", ".join(n for n, _ in members), e)]
+
+
+def import_session(tar_path: str, results_dir: str) -> Tuple[List[str], List[str]]:
+    """Write the tarball's records, notebooks, latency figures and autotuning results under ``results_dir``;
+    (the paths written, the autotuning results left out and why)."""
+    records, notebooks, latency, autotune = read_session(tar_path)
     results_dir = os.path.abspath(results_dir)
-    written = []
+    written, left_out = [], []
     for name, data in sorted(notebooks.items()):
         path = os.path.join(results_dir, "notebooks", name)
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -109,7 +146,15 @@ def import_session(tar_path: str, results_dir: str) -> List[str]:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         atomic_write_text(path, json.dumps(report, indent=1) + "\n")
         written.append(path)
-    return written
+    for (version, card), members in sorted(autotune.items()):
+        path = os.path.join(results_dir, "autotune", version, card + xla_autotune.SUFFIX)
+        text, skipped = merge_autotune(path, members)
+        left_out += skipped
+        if text is not None:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            atomic_write_text(path, text)
+            written.append(path)
+    return written, left_out
 
 
 def main(argv=None) -> int:
@@ -124,11 +169,13 @@ def main(argv=None) -> int:
     if not os.path.isfile(args.tarball):
         return validate.refuse(PROG, "%s: no such file" % args.tarball)
     try:
-        written = import_session(args.tarball, args.results_dir)
+        written, left_out = import_session(args.tarball, args.results_dir)
     except Refused as e:
         return validate.refuse(PROG, str(e))
     for path in written:
         print(os.path.relpath(path, ROOT))
+    for why in left_out:
+        print("%s: autotuning results left out: %s" % (PROG, why), file=sys.stderr)
     return 0
 
 

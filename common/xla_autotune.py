@@ -1,0 +1,181 @@
+"""XLA:GPU's autotuning results, kept per card and jaxlib version, so that a first run on a card compiles fast; no
+framework import.
+
+On a GPU most of XLA's compile time is autotuning: for each fusion it compiles and times candidate kernels on the
+card.  On an H100 (results/experiments/h100_session_2026-11-27) the JAX notebook's step for three batch shapes
+compiled in 48.7 s; with the autotuning results that an earlier process had written, read first, in 4.5 s, and its
+steps ran as fast.  XLA writes them with ``--xla_gpu_dump_autotune_results_to=FILE`` and reads them with
+``--xla_gpu_load_autotune_results_from=FILE``; an entry is keyed by the device, the fusion's HLO and XLA's code
+generator's version, so a file serves one kind of card and one jaxlib, and entries it lacks are autotuned as usual.
+
+* :func:`results_file` -- where the project keeps them: ``results/autotune/jax-<jaxlib>/<card>.textproto``.
+* :func:`xla_flags` -- ``XLA_FLAGS`` that load that file where it exists and, where ``DS2_XLA_AUTOTUNE_DUMP_DIR``
+  is set (a device session sets it), write this run's results (those loaded included) into that directory.
+* :func:`entries`, :func:`merge`, :func:`count` -- the text format's top-level entries, several files made one
+  without duplicate keys (XLA refuses a file that holds a key twice), and their number; a file that is not whole
+  (unbalanced braces, an unterminated string) is a ``ValueError``.
+"""
+import collections
+import os
+import re
+from typing import Dict, Iterable, List, Optional, Tuple
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: the project's autotuning results, one file per jaxlib version and card
+RESULTS_DIR = os.path.join(ROOT, "results", "autotune")
+LOAD_FLAG = "--xla_gpu_load_autotune_results_from"
+DUMP_FLAG = "--xla_gpu_dump_autotune_results_to"
+#: a directory where a run writes its autotuning results (tools/gpu_session.py sets it for each row)
+DUMP_ENV = "DS2_XLA_AUTOTUNE_DUMP_DIR"
+SUFFIX = ".textproto"       # XLA picks the text format by this extension
+
+
+def slug(name: str) -> str:
+    """A card's name as a file name: ``NVIDIA H100 80GB HBM3`` -> ``nvidia-h100-80gb-hbm3`` (the records' spelling)."""
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
+def results_file(jaxlib_version: str, card: str, directory: str = RESULTS_DIR) -> str:
+    """``directory/jax-<jaxlib_version>/<card slug>.textproto``."""
+    return os.path.join(directory, "jax-" + jaxlib_version, slug(card) + SUFFIX)
+
+
+def _has_flag(flags: str, name: str) -> bool:
+    return any(f.partition("=")[0] == name for f in flags.split())
+
+
+def xla_flags(flags: Optional[str], card: str, jaxlib_version: str, tag: str, environ=None,
+              directory: str = RESULTS_DIR) -> Tuple[str, Dict[str, object]]:
+    """``XLA_FLAGS`` (``flags``, may be empty or None) with the load and dump flags added, and what was chosen.
+
+    Load: :func:`results_file` where it exists.  Dump: ``$DS2_XLA_AUTOTUNE_DUMP_DIR/jax-<jaxlib>/<card>.<tag>
+    .textproto`` where that variable is set (its folder is made).  A flag ``flags`` already names is kept (yours),
+    and a path with whitespace is not added (XLA splits the variable at whitespace).  XLA reads the variable once,
+    when JAX starts its backend: call this before the first question about a device.  Returns (flags, info):
+    info's ``loaded`` (the file, or None), ``entries`` (how many it holds), ``dump_to`` (or None) and ``note``."""
+    environ = os.environ if environ is None else environ
+    flags = (flags or "").strip()
+    info = {"card": card, "jaxlib": jaxlib_version, "loaded": None, "entries": 0, "dump_to": None, "note": None}
+    notes = []
+    path = results_file(jaxlib_version, card, directory)
+    if _has_flag(flags, LOAD_FLAG):
+        notes.append("XLA_FLAGS already names a file to load: kept")
+    elif not os.path.isfile(path):
+        notes.append("no results for this card and jaxlib in %s" % os.path.relpath(os.path.dirname(path), ROOT))
+    elif re.search(r"\s", path):
+        notes.append("not loaded: the path has whitespace, which XLA_FLAGS cannot hold")
+    else:
+        info["entries"] = count_file(path)
+        flags = (flags + " %s=%s" % (LOAD_FLAG, path)).strip()
+        info["loaded"] = path
+    dump_dir = environ.get(DUMP_ENV)
+    if dump_dir and _has_flag(flags, DUMP_FLAG):
+        notes.append("XLA_FLAGS already names a file to write: kept")
+    elif dump_dir:
+        target = os.path.join(os.path.abspath(dump_dir), "jax-" + jaxlib_version,
+                              "%s.%s%s" % (slug(card), re.sub(r"[^\w.+-]+", "_", tag), SUFFIX))
+        if re.search(r"\s", target):
+            notes.append("not written: %s has whitespace, which XLA_FLAGS cannot hold" % DUMP_ENV)
+        else:
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            flags = (flags + " %s=%s" % (DUMP_FLAG, target)).strip()
+            info["dump_to"] = target
+    info["note"] = "; ".join(notes) or None
+    return flags, info
+
+
+# ---- the text format ------------------------------------------------------------------------------------------------
+def _blocks(text: str) -> List[Tuple[str, str, bool]]:
+    """(name, text, is a block) of each top-level item: ``name { ... }`` blocks and ``name: value`` scalars, in
+    order."""
+    items, i, n = [], 0, len(text)
+    while i < n:
+        m = re.compile(r"\s*(?:#[^\n]*\n\s*)*").match(text, i)
+        i = m.end()
+        if i >= n:
+            break
+        m = re.compile(r"([A-Za-z_][\w.]*)\s*(:?)\s*").match(text, i)
+        if not m:
+            raise ValueError("not an autotuning results file: unexpected %r at character %d" % (text[i:i + 20], i))
+        name, start, j = m.group(1), i, m.end()
+        if j < n and text[j] == "{":
+            depth, quote = 0, None
+            while j < n:
+                c = text[j]
+                if quote:
+                    if c == "\\":
+                        j += 1
+                    elif c == quote:
+                        quote = None
+                elif c in "\"'":
+                    quote = c
+                elif c == "{":
+                    depth += 1
+                elif c == "}":
+                    depth -= 1
+                    if depth == 0:
+                        break
+                j += 1
+            if depth:
+                raise ValueError("not a whole autotuning results file: %r's braces do not close" % name)
+            items.append((name, text[start:j + 1], True))
+            i = j + 1
+        elif m.group(2):
+            v = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'|[^\s{}]+').match(text, j)
+            if not v:
+                raise ValueError("not a whole autotuning results file: %r has no value" % name)
+            items.append((name, text[start:v.end()], False))
+            i = v.end()
+        else:
+            raise ValueError("not an autotuning results file: %r is neither a block nor a field" % name)
+    return items
+
+
+def _key(block: str) -> str:
+    """An entry's identity: its ``key { ... }`` block (XLA's current format), else its scalar fields (the older
+    ``results { device: ... hlo: ... result { ... } }``), whitespace normalised."""
+    inner = block[block.index("{") + 1:block.rindex("}")]
+    parts = _blocks(inner)
+    keys = [text for name, text, is_block in parts if name == "key" and is_block]
+    chosen = keys or [text for _, text, is_block in parts if not is_block]
+    return " ".join(" ".join(chosen).split())
+
+
+def entries(text: str) -> Tuple[List[str], "collections.OrderedDict[str, str]"]:
+    """(the file's top-level scalar fields, {key: entry block}) of a text-format autotuning results file.  A key
+    held twice keeps its first entry."""
+    header, out = [], collections.OrderedDict()
+    for _, item, is_block in _blocks(text):
+        if is_block:
+            out.setdefault(_key(item), item)
+        else:
+            header.append(" ".join(item.split()))
+    return header, out
+
+
+def count(text: str) -> int:
+    """How many entries the file holds."""
+    return len(entries(text)[1])
+
+
+def count_file(path: Optional[str]) -> Optional[int]:
+    """How many entries the file at ``path`` holds; None where there is no such file (or no path)."""
+    if not path or not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        return count(f.read())
+
+
+def merge(texts: Iterable[str]) -> str:
+    """Several files as one: every entry once (the first file's, where two files hold one key), the scalar fields
+    of the first file that has any; files whose scalar fields differ (another format version) are a ValueError."""
+    header, merged = None, collections.OrderedDict()
+    for text in texts:
+        h, e = entries(text)
+        if h and header and h != header:
+            raise ValueError("autotuning results of two formats (%s; %s): not merged" % (" ".join(header),
+                                                                                        " ".join(h)))
+        header = header or h
+        for k, block in e.items():
+            merged.setdefault(k, block)
+    return "".join(line + "\n" for line in header or []) + "".join(block.strip() + "\n" for block in merged.values())
