@@ -20,6 +20,8 @@ import os
 import re
 from typing import Dict, Iterable, List, Optional, Tuple
 
+from common.envinfo import device_slug     # a card's name as the records' file names spell it
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: the project's autotuning results, one file per jaxlib version and card
 RESULTS_DIR = os.path.join(ROOT, "results", "autotune")
@@ -30,14 +32,10 @@ DUMP_ENV = "DS2_XLA_AUTOTUNE_DUMP_DIR"
 SUFFIX = ".textproto"       # XLA picks the text format by this extension
 
 
-def slug(name: str) -> str:
-    """A card's name as a file name: ``NVIDIA H100 80GB HBM3`` -> ``nvidia-h100-80gb-hbm3`` (the records' spelling)."""
-    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
-
-
 def results_file(jaxlib_version: str, card: str, directory: str = RESULTS_DIR) -> str:
-    """``directory/jax-<jaxlib_version>/<card slug>.textproto``."""
-    return os.path.join(directory, "jax-" + jaxlib_version, slug(card) + SUFFIX)
+    """``directory/jax-<jaxlib_version>/<card>.textproto``, the card as the records spell it
+    (``nvidia-h100-80gb-hbm3``)."""
+    return os.path.join(directory, "jax-" + jaxlib_version, device_slug(card) + SUFFIX)
 
 
 def _has_flag(flags: str, name: str) -> bool:
@@ -73,7 +71,7 @@ def xla_flags(flags: Optional[str], card: str, jaxlib_version: str, tag: str, en
         notes.append("XLA_FLAGS already names a file to write: kept")
     elif dump_dir:
         target = os.path.join(os.path.abspath(dump_dir), "jax-" + jaxlib_version,
-                              "%s.%s%s" % (slug(card), re.sub(r"[^\w.+-]+", "_", tag), SUFFIX))
+                              "%s.%s%s" % (device_slug(card), re.sub(r"[^\w.+-]+", "_", tag), SUFFIX))
         if re.search(r"\s", target):
             notes.append("not written: %s has whitespace, which XLA_FLAGS cannot hold" % DUMP_ENV)
         else:

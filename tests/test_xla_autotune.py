@@ -15,6 +15,7 @@ import types
 import pytest
 
 from common import compile_cache, xla_autotune
+from common.envinfo import device_slug
 from tests.conftest import ROOT
 from tests.notebook_cells import Namespace, Touched, settings_names, tagged_source
 
@@ -86,7 +87,7 @@ def test_every_committed_file_is_whole_named_for_its_card_and_has_unique_keys():
             text = f.read()
         header, found = xla_autotune.entries(text)
         assert found and xla_autotune.merge([text]) == text, path      # no key twice (XLA refuses such a file)
-        assert os.path.basename(path) == xla_autotune.slug(os.path.basename(path)[:-len(xla_autotune.SUFFIX)]) \
+        assert os.path.basename(path) == device_slug(os.path.basename(path)[:-len(xla_autotune.SUFFIX)]) \
             + xla_autotune.SUFFIX
 
 

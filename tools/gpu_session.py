@@ -19,11 +19,12 @@ In order, under its own deadline (``--deadline-s`` from its start; :data:`RESERV
    it as terminated and stops its kernel), then SIGKILL, its process group and every process that carries the
    session's marker variable.  Each row runs with ``DS2_XLA_AUTOTUNE_DUMP_DIR`` set: the JAX and Keras-on-JAX
    notebooks have XLA write their autotuning results there (common/xla_autotune.py).  After each row its record,
-   executed notebook, logs and autotuning results are appended to ``session.tar`` (a copy made whole, then renamed: a killed call still returns every row that finished) and a
-   line to ``summary.tsv``.
+   executed notebook, logs and autotuning results are appended to ``session.tar`` (a copy made whole, then
+   renamed: a killed call still returns every row that finished) and a line to ``summary.tsv``.
 
 What comes back (:data:`OUT_FILES`, six files): ``session.tar`` (``records/``, ``notebooks/``, ``logs/``,
-``latency/``, ``autotune/``: ``tools/import_session.py`` brings it into a results directory; extract it into a results directory and ``python -m runner.report --results-dir`` reads it),
+``latency/``, ``autotune/``: ``tools/import_session.py`` brings it into a results directory, where
+``python -m runner.report --results-dir`` reads it),
 ``summary.tsv`` (:data:`COLUMNS`), ``latency.json``, ``versions.json``, ``nvidia-smi.txt`` and ``session.log``
 (what started, what was not started and why).
 

@@ -20,8 +20,8 @@ session's scratch folder on the device machine, and now names its copy here (rel
 ``run_all.py`` writes it).  ``run.session`` says so: the tarball's name and the path the run wrote.
 
 Exit status 0, 2 for bad input (one line, before anything is written): a missing or unreadable tarball, a member
-outside ``records/``, ``notebooks/``, ``logs/``, ``latency/`` and ``autotune/`` or with a path that leaves its folder, a record
-that is not a run's record, a tarball with neither records nor latency figures.
+outside ``records/``, ``notebooks/``, ``logs/``, ``latency/`` and ``autotune/jax-<jaxlib>/`` or with a path that
+leaves its folder, a record that is not a run's record, a tarball with neither records nor latency figures.
 """
 import json
 import os
