@@ -49,7 +49,8 @@ class Refused(Exception):
     pass
 
 
-def read_session(tar_path: str):
+def read_session(tar_path: str) -> Tuple[Dict[str, dict], Dict[str, bytes], List[dict],
+                                        Dict[Tuple[str, str], List[Tuple[str, str]]]]:
     """(record name -> record, notebook name -> bytes, latency reports, (jax-<jaxlib>, card) -> autotuning results'
     texts) from the tarball; :class:`Refused` for anything :func:`main`'s docstring names as bad input."""
     records, notebooks, latency, autotune = {}, {}, [], {}
