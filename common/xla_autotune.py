@@ -82,17 +82,32 @@ def xla_flags(flags: Optional[str], card: str, jaxlib_version: str, tag: str, en
     return flags, info
 
 
+def record_section(info: Optional[Dict[str, object]]) -> Optional[Dict[str, object]]:
+    """The record's ``options.xla_autotune``, once the run has compiled: :func:`xla_flags`'s info with the file read
+    relative to the checkout and ``written``, the entries the run wrote (None: no file written); None for None (no
+    GPU)."""
+    if info is None:
+        return None
+    return dict(info, loaded=info["loaded"] and os.path.relpath(info["loaded"], ROOT),
+                written=count_file(info["dump_to"]))
+
+
 # ---- the text format ------------------------------------------------------------------------------------------------
+_SPACE = re.compile(r"\s*(?:#[^\n]*\n\s*)*")                         # whitespace and comments
+_NAME = re.compile(r"([A-Za-z_][\w.]*)\s*(:?)\s*")                     # a field's name, its colon
+_VALUE = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'|[^\s{}]+')   # a scalar: a string or a token
+
+
 def _blocks(text: str) -> List[Tuple[str, str, bool]]:
     """(name, text, is a block) of each top-level item: ``name { ... }`` blocks and ``name: value`` scalars, in
     order."""
     items, i, n = [], 0, len(text)
     while i < n:
-        m = re.compile(r"\s*(?:#[^\n]*\n\s*)*").match(text, i)
+        m = _SPACE.match(text, i)
         i = m.end()
         if i >= n:
             break
-        m = re.compile(r"([A-Za-z_][\w.]*)\s*(:?)\s*").match(text, i)
+        m = _NAME.match(text, i)
         if not m:
             raise ValueError("not an autotuning results file: unexpected %r at character %d" % (text[i:i + 20], i))
         name, start, j = m.group(1), i, m.end()
@@ -119,7 +134,7 @@ def _blocks(text: str) -> List[Tuple[str, str, bool]]:
             items.append((name, text[start:j + 1], True))
             i = j + 1
         elif m.group(2):
-            v = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'|[^\s{}]+').match(text, j)
+            v = _VALUE.match(text, j)
             if not v:
                 raise ValueError("not a whole autotuning results file: %r has no value" % name)
             items.append((name, text[start:v.end()], False))

@@ -5,7 +5,8 @@ length, and each framework's CTC takes it -- Gluon's ``CTCLoss`` through ``label
 The loss of a batch whose labels are padded past their lengths (as ``common.corpus`` makes them: 0, up to
 ``T/4 - 5``) must equal the NumPy reference's, computed utterance by utterance on the unpadded labels. The check runs
 the notebook's own cells (its translation, ``runner/rosetta/extract.py``, rendered from the notebook as it is now) in the
-framework's environment at the smoke width; an environment that is not there is skipped with the reason.
+framework's environment at the smoke width; an environment that is not there is made first
+(``tests.conftest.cpu_env``).
 """
 import json
 import os

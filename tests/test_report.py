@@ -332,7 +332,7 @@ def test_committed_records_efficiency_is_plausible():
     (``options.rnn_kernel`` ``aten._cudnn_rnn``) steps faster than a lone product of the recurrent shape (the
     H100's PyTorch bf16 row in CUDA graphs reached 1.85 x its shape roofline): such a row is held below its
     latency-aware roofline, which the same card's measured cuDNN RNN gives, where the card's figures are committed,
-    else below 2 x its shape roofline."""
+    else below 1.5 x its shape roofline (the H200's PyTorch tf32 row reached 1.01 x it)."""
     from runner.report.latency import latency_share, load_latency
     latency = load_latency(os.path.dirname(COMMITTED))
     checked = []
@@ -350,7 +350,7 @@ def test_committed_records_efficiency_is_plausible():
             assert 0 < share < 1.0, "%s %s: %.2f of its latency-aware roofline" % (rec["target"], rec["precision"],
                                                                                     share)
         else:
-            assert roof is None or 0 < f["achieved_per_s"] < roof * (2.0 if fused else 1.0), \
+            assert roof is None or 0 < f["achieved_per_s"] < roof * (1.5 if fused else 1.0), \
                 "%s: achieved %r, roofline %r" % (rec["target"], f["achieved_per_s"], roof)
         checked.append(rec["target"])
     if not checked:

@@ -126,6 +126,18 @@ def test_flags_write_this_runs_results_where_a_session_asks(tmp_path):
     assert flags == "" and "whitespace" in info["note"]
 
 
+def test_the_record_says_which_file_was_read_relative_to_the_checkout_and_what_the_run_wrote(tmp_path):
+    assert xla_autotune.record_section(None) is None                     # no GPU: nothing to say
+    committed = xla_autotune.results_file("0.11.2", CARD)
+    written = tmp_path / "out.textproto"
+    written.write_text(NEW)
+    info = {"card": CARD, "loaded": committed, "entries": 378, "dump_to": str(written), "note": None}
+    section = xla_autotune.record_section(info)
+    assert section == dict(info, loaded="results/autotune/jax-0.11.2/nvidia-h100-80gb-hbm3.textproto", written=2)
+    assert xla_autotune.record_section(dict(info, loaded=None, dump_to=None)) == dict(info, loaded=None,
+                                                                                       dump_to=None, written=None)
+
+
 # ---- the notebooks' settings cells on a faked GPU ----------------------------------------------------------------
 def settings(notebook, **overrides):
     """The settings cell (the JAX notebook's first: its second turns the cache on) with the notebook's parameters, its

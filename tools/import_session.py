@@ -105,6 +105,7 @@ def merge_autotune(path: str, members: List[Tuple[str, str]]) -> Tuple[Optional[
     if os.path.isfile(path):
         with open(path) as f:
             texts.append(f.read())
+    own = len(texts)                        # the file already here: nothing new without a member
     for name, text in members:
         try:
             xla_autotune.entries(text)
@@ -112,7 +113,7 @@ def merge_autotune(path: str, members: List[Tuple[str, str]]) -> Tuple[Optional[
             left_out.append("%s: %s" % (name, e))
             continue
         texts.append(text)
-    if len(texts) == (1 if os.path.isfile(path) else 0):
+    if len(texts) == own:
         return None, left_out
     try:
         return xla_autotune.merge(texts), left_out

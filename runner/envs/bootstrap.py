@@ -475,10 +475,13 @@ def ensure_runner_env(announce=print, wheelhouse: Optional[str] = None) -> str:
     ``wheelhouse`` only, when given: checked first, WheelhouseError naming what it lacks)."""
     path = runner_dir()
     stamp = {"requirements": file_digest(RUNNER_REQUIREMENTS)}
-    if read_stamp(path) == stamp and os.path.exists(env_python(path)):
+
+    def ready():
+        return read_stamp(path) == stamp and os.path.exists(env_python(path))
+    if ready():
         return env_python(path)
     with env_lock(path, announce):          # a second run_all.py started meanwhile waits here, then finds it made
-        if read_stamp(path) != stamp or not os.path.exists(env_python(path)):
+        if not ready():
             base = getattr(sys, "_base_executable", None) or sys.executable
             if wheelhouse:
                 from runner.envs import wheelhouse as wh

@@ -55,13 +55,15 @@ def _outcome(rec: dict) -> str:
 PRECISION_ORDER = ("fp32", "tf32", "bf16")
 
 
-def _by_row(gpu: List[dict], key) -> "OrderedDict":
-    """Records grouped by ``key(record)`` (groups sorted), each group's records in PRECISION_ORDER."""
+def _by_row(items: list, key, record=lambda item: item) -> "OrderedDict":
+    """``items`` grouped by ``key(record(item))`` (groups sorted), each group's items in PRECISION_ORDER of their
+    record."""
     groups = OrderedDict()
-    for rec in sorted(gpu, key=lambda r: tuple(str(k) for k in key(r))):
-        groups.setdefault(key(rec), []).append(rec)
+    for item in sorted(items, key=lambda i: tuple(str(k) for k in key(record(i)))):
+        groups.setdefault(key(record(item)), []).append(item)
     rank = {p: i for i, p in enumerate(PRECISION_ORDER)}
-    return OrderedDict((k, sorted(v, key=lambda r: (rank.get(r.get("precision"), len(rank)), str(r.get("precision")))))
+    precision = lambda item: record(item).get("precision")
+    return OrderedDict((k, sorted(v, key=lambda i: (rank.get(precision(i), len(rank)), str(precision(i)))))
                        for k, v in groups.items())
 
 
@@ -146,12 +148,11 @@ def time_lines(gpu: List[dict]) -> List[str]:
                  "estimated as that run with its timed pass replaced by one full epoch at its measured speed. A row "
                  "not listed has no finished GPU record: its time is unknown, and slower frameworks take far longer."
                  % (PRESETS["quick"].purpose, PRESETS["deepmark"].purpose))
-    walls = {id(rec): (quick, deepmark) for rec, quick, deepmark in est}
     key = lambda r: (r.get("target", ""), r.get("batch_size"), (r.get("device") or {}).get("name"))
-    for (target, batch, card), recs in _by_row([rec for rec, _, _ in est], key).items():
+    for (target, batch, card), runs in _by_row(est, key, record=lambda run: run[0]).items():
         lines.append("  - `%s` batch %s, %s: %s" % (target, batch, card, "; ".join(
-            "%s quick %s, deepmark about %s" % (rec.get("precision"), _minutes(walls[id(rec)][0]),
-                                                _minutes(walls[id(rec)][1])) for rec in recs)))
+            "%s quick %s, deepmark about %s" % (rec.get("precision"), _minutes(quick), _minutes(deepmark))
+            for rec, quick, deepmark in runs)))
     return lines
 
 
