@@ -10,10 +10,14 @@ generator's version, so a file serves one kind of card and one jaxlib, and entri
 
 * :func:`results_file` -- where the project keeps them: ``results/autotune/jax-<jaxlib>/<card>.textproto``.
 * :func:`xla_flags` -- ``XLA_FLAGS`` that load that file where it exists and, where ``DS2_XLA_AUTOTUNE_DUMP_DIR``
-  is set (a device session sets it), write this run's results (those loaded included) into that directory.
+  is set (a device session sets it), write this run's results (those loaded included) into that directory.  Where
+  ``DS2_XLA_AUTOTUNE_RESULTS_DIR`` is set, the card's file is read from that directory instead of
+  ``results/autotune`` (a device session's: the committed results merged with those its earlier rows wrote).
 * :func:`entries`, :func:`merge`, :func:`count` -- the text format's top-level entries, several files made one
   without duplicate keys (XLA refuses a file that holds a key twice), and their number; a file that is not whole
   (unbalanced braces, an unterminated string) is a ``ValueError``.
+* :func:`card_file_of`, :func:`merge_file` -- the card's file a run's results belong to, and a card's file merged
+  with runs' results (``tools/import_session.py``, ``tools/gpu_session.py``).
 """
 import collections
 import os
@@ -29,7 +33,11 @@ LOAD_FLAG = "--xla_gpu_load_autotune_results_from"
 DUMP_FLAG = "--xla_gpu_dump_autotune_results_to"
 #: a directory where a run writes its autotuning results (tools/gpu_session.py sets it for each row)
 DUMP_ENV = "DS2_XLA_AUTOTUNE_DUMP_DIR"
+#: a directory read instead of RESULTS_DIR (tools/gpu_session.py sets it: the committed results and its rows')
+RESULTS_ENV = "DS2_XLA_AUTOTUNE_RESULTS_DIR"
 SUFFIX = ".textproto"       # XLA picks the text format by this extension
+#: a run's results under a dump directory: jax-<jaxlib>/<card>.<tag>.textproto (:func:`xla_flags` names them)
+DUMP_NAME = re.compile(r"^(jax-[\w.+-]+)/([a-z0-9-]+)\.[\w.+-]+\.textproto$")
 
 
 def results_file(jaxlib_version: str, card: str, directory: str = RESULTS_DIR) -> str:
@@ -43,10 +51,11 @@ def _has_flag(flags: str, name: str) -> bool:
 
 
 def xla_flags(flags: Optional[str], card: str, jaxlib_version: str, tag: str, environ=None,
-              directory: str = RESULTS_DIR) -> Tuple[str, Dict[str, object]]:
+              directory: Optional[str] = None) -> Tuple[str, Dict[str, object]]:
     """``XLA_FLAGS`` (``flags``, may be empty or None) with the load and dump flags added, and what was chosen.
 
-    Load: :func:`results_file` where it exists.  Dump: ``$DS2_XLA_AUTOTUNE_DUMP_DIR/jax-<jaxlib>/<card>.<tag>
+    Load: :func:`results_file` in ``directory`` (None: ``$DS2_XLA_AUTOTUNE_RESULTS_DIR``, else
+    :data:`RESULTS_DIR`) where it exists.  Dump: ``$DS2_XLA_AUTOTUNE_DUMP_DIR/jax-<jaxlib>/<card>.<tag>
     .textproto`` where that variable is set (its folder is made).  A flag ``flags`` already names is kept (yours),
     and a path with whitespace is not added (XLA splits the variable at whitespace).  XLA reads the variable once,
     when JAX starts its backend: call this before the first question about a device.  Returns (flags, info):
@@ -55,11 +64,15 @@ def xla_flags(flags: Optional[str], card: str, jaxlib_version: str, tag: str, en
     flags = (flags or "").strip()
     info = {"card": card, "jaxlib": jaxlib_version, "loaded": None, "entries": 0, "dump_to": None, "note": None}
     notes = []
+    if not directory and environ.get(RESULTS_ENV):
+        notes.append("read from %s (a device session's copy of results/autotune, with what its earlier rows wrote)"
+                     % RESULTS_ENV)
+    directory = directory or environ.get(RESULTS_ENV) or RESULTS_DIR
     path = results_file(jaxlib_version, card, directory)
     if _has_flag(flags, LOAD_FLAG):
         notes.append("XLA_FLAGS already names a file to load: kept")
     elif not os.path.isfile(path):
-        notes.append("no results for this card and jaxlib in %s" % os.path.relpath(os.path.dirname(path), ROOT))
+        notes.append("no results for this card and jaxlib in %s" % _shown(os.path.dirname(path)))
     elif re.search(r"\s", path):
         notes.append("not loaded: the path has whitespace, which XLA_FLAGS cannot hold")
     else:
@@ -82,14 +95,19 @@ def xla_flags(flags: Optional[str], card: str, jaxlib_version: str, tag: str, en
     return flags, info
 
 
+def _shown(path: str) -> str:
+    """A path relative to the checkout where it lies inside it, else as it is."""
+    rel = os.path.relpath(path, ROOT)
+    return path if rel == ".." or rel.startswith(".." + os.sep) else rel
+
+
 def record_section(info: Optional[Dict[str, object]]) -> Optional[Dict[str, object]]:
     """The record's ``options.xla_autotune``, once the run has compiled: :func:`xla_flags`'s info with the file read
-    relative to the checkout and ``written``, the entries the run wrote (None: no file written); None for None (no
-    GPU)."""
+    relative to the checkout (where it lies there: a device session's file is outside) and ``written``, the entries
+    the run wrote (None: no file written); None for None (no GPU)."""
     if info is None:
         return None
-    return dict(info, loaded=info["loaded"] and os.path.relpath(info["loaded"], ROOT),
-                written=count_file(info["dump_to"]))
+    return dict(info, loaded=info["loaded"] and _shown(info["loaded"]), written=count_file(info["dump_to"]))
 
 
 # ---- the text format ------------------------------------------------------------------------------------------------
@@ -192,3 +210,35 @@ def merge(texts: Iterable[str]) -> str:
         for k, block in e.items():
             merged.setdefault(k, block)
     return "".join(line + "\n" for line in header or []) + "".join(block.strip() + "\n" for block in merged.values())
+
+
+# ---- a card's file and runs' results --------------------------------------------------------------------------------
+def card_file_of(dumped: str) -> Optional[str]:
+    """``jax-<jaxlib>/<card>.textproto``, the card's file for a run's results at ``dumped`` (a path relative to its
+    dump directory, ``jax-<jaxlib>/<card>.<tag>.textproto``, with ``/``); None for any other path."""
+    m = DUMP_NAME.match(dumped)
+    return m and "%s/%s%s" % (m.group(1), m.group(2), SUFFIX)
+
+
+def merge_file(path: str, members: List[Tuple[str, str]]) -> Tuple[Optional[str], List[str]]:
+    """The card's file at ``path`` (where it exists) and runs' results for it ((name, text) each) as one text, every
+    entry once, the file's own first; a member that is not a whole results file is left out, named in the second
+    value (with why).  None where nothing is left to write."""
+    texts, left_out = [], []
+    if os.path.isfile(path):
+        with open(path) as f:
+            texts.append(f.read())
+    own = len(texts)                        # the file already here: nothing new without a member
+    for name, text in members:
+        try:
+            entries(text)
+        except ValueError as e:
+            left_out.append("%s: %s" % (name, e))
+            continue
+        texts.append(text)
+    if len(texts) == own:
+        return None, left_out
+    try:
+        return merge(texts), left_out
+    except ValueError as e:
+        return None, left_out + ["%s: %s" % (", ".join(n for n, _ in members), e)]

@@ -109,6 +109,12 @@ def test_flags_load_the_cards_file_where_it_exists_and_keep_yours(tmp_path):
     mine = "--xla_gpu_load_autotune_results_from=/mine.textproto"
     flags, info = xla_autotune.xla_flags(mine, CARD, "0.11.2", "t", environ={}, directory=str(tmp_path))
     assert flags == mine and info["loaded"] is None and "kept" in info["note"]
+    # a device session's copy, named by DS2_XLA_AUTOTUNE_RESULTS_DIR, is read instead of results/autotune
+    flags, info = xla_autotune.xla_flags(None, CARD, "0.11.2", "t", environ={xla_autotune.RESULTS_ENV: str(tmp_path)})
+    assert flags == "--xla_gpu_load_autotune_results_from=" + path and "a device session's copy" in info["note"]
+    assert xla_autotune.record_section(info)["loaded"] == path                         # outside the checkout: as is
+    flags, info = xla_autotune.xla_flags(None, CARD, "0.11.2", "t", environ={})
+    assert info["loaded"] == xla_autotune.results_file("0.11.2", CARD) and info["note"] is None
 
 
 def test_flags_write_this_runs_results_where_a_session_asks(tmp_path):
@@ -213,6 +219,93 @@ def test_a_session_row_runs_with_the_dump_directory_and_its_results_go_into_the_
     assert seen["dir"] == str(tmp_path / "scratch" / "jax_fp32" / "autotune")
     with tarfile.open(str(tmp_path / "out" / "session.tar")) as t:
         assert "autotune/jax-0.11.2/nvidia-h100-80gb-hbm3.jax-fp32.textproto" in t.getnames()
+
+
+def test_a_session_reads_the_cards_results_and_a_rows_second_run_reads_what_the_first_wrote(tmp_path, monkeypatch):
+    """The session's copy of results/autotune (the committed file of this card only) is what its rows read; a row's
+    results are merged into it after the row; every run compiles with a JAX cache of its own; the second run of a
+    row is estimated from the first and named as such; the tarball holds both runs' records, and the import keeps
+    the newest."""
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    import gpu_session
+
+    committed = tmp_path / "committed"
+    xla_autotune_file = committed / "jax-0.11.2" / "nvidia-h100-80gb-hbm3.textproto"
+    xla_autotune_file.parent.mkdir(parents=True)
+    xla_autotune_file.write_text(entry("1", "KEPT"))
+    (committed / "jax-0.11.2" / "nvidia-h200.textproto").write_text(entry("9"))       # another card: not copied
+    scratch = tmp_path / "scratch"
+    copy = gpu_session.session_autotune(CARD, str(scratch), directory=str(committed))
+    assert sorted(os.listdir(os.path.join(copy, "jax-0.11.2"))) == ["nvidia-h100-80gb-hbm3.textproto"]
+    card_copy = os.path.join(copy, "jax-0.11.2", "nvidia-h100-80gb-hbm3.textproto")
+    seen = []
+
+    def fake_run(cmd, env, log, seconds, marker):        # a JAX row: what it read, its record, its results
+        results_dir = cmd[cmd.index("--results-dir") + 1]
+        with open(card_copy) as f:
+            seen.append({"read": xla_autotune.count(f.read()), "cache": env["JAX_COMPILATION_CACHE_DIR"],
+                         "results": env[xla_autotune.RESULTS_ENV], "seconds": seconds})
+        path = os.path.join(env[xla_autotune.DUMP_ENV], "jax-0.11.2", "nvidia-h100-80gb-hbm3.jax-fp32.textproto")
+        os.makedirs(os.path.dirname(path))
+        with open(path, "w") as f:
+            f.write(entry("1", "NEW") + entry(str(len(seen) + 1)))
+        os.makedirs(os.path.join(results_dir, "records"))
+        with open(os.path.join(results_dir, "records", "jax_smoke_fp32_bs8_cpu.json"), "w") as f:
+            json.dump({"target": "jax", "status": "ok", "run": {"wall_s": 1.0, "n": len(seen)},
+                       "timing": {"warmup_s": 200.0}, "options": {"skipped": gpu_session.SKIP.split(",")}}, f)
+        with open(log, "w") as f:
+            f.write("run_all.py: done\n")
+        return 0, False
+
+    monkeypatch.setattr(gpu_session, "run_until", fake_run)
+    out = gpu_session.Out(str(tmp_path / "out"))
+    args = gpu_session.build_parser().parse_args(["--dry-run", "--out", str(tmp_path / "out"), "--rows",
+                                                  "jax:fp32,jax:fp32", "--estimate", "pytorch:fp32=1"])
+    args.preset = "smoke"
+    env = {gpu_session.MARKER: "x", xla_autotune.RESULTS_ENV: copy}
+    clock = gpu_session.Deadline(1000)
+    runs = []
+    assert [gpu_session.run_row(args, "jax", "fp32", out, clock, env, str(scratch), CARD, runs)
+            for _ in range(2)] == ["ok", "ok"]
+    assert [s["read"] for s in seen] == [1, 2]        # the committed entry; then with the first run's new one
+    assert seen[0]["cache"] != seen[1]["cache"] and all(s["results"] == copy for s in seen)
+    assert "KEPT" in open(card_copy).read() and "NEW" not in open(card_copy).read()
+    with open(out.path["summary.tsv"]) as f:
+        lines = f.read().splitlines()[1:]
+    wall = runs[0]["wall_s"]
+    assert lines[1].split("\t")[-2] == str(int(-(-(1.15 * max(0.0, wall - 0.75 * min(200.0, wall)) + 20) // 1)))
+    assert lines[1].split("\t")[-1] == "run 2" and lines[0].split("\t")[-1] == ""
+    log = open(out.path["session.log"]).read()
+    assert "jax fp32 (run 2): started, estimate" in log and "this session's first run" in log
+    assert "(run 2): autotuning results jax-0.11.2/nvidia-h100-80gb-hbm3.textproto: 3 entries" in log
+    with tarfile.open(out.path["session.tar"]) as t:
+        assert t.getnames().count("records/jax_smoke_fp32_bs8_cpu.json") == 2
+    res = tmp_path / "res"
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "import_session.py"), out.path["session.tar"],
+                           "--results-dir", str(res)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((res / "records" / "jax_smoke_fp32_bs8_cpu.json").read_text())["run"]["n"] == 2
+
+
+def test_a_row_twice_only_where_it_runs_xla_and_the_default_rows_run_the_first_jax_row_twice():
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    import gpu_session
+
+    assert gpu_session.rows_list("jax:fp32,keras-jax:bf16,jax:fp32,keras-jax:bf16") == [
+        ("jax", "fp32"), ("keras-jax", "bf16"), ("jax", "fp32"), ("keras-jax", "bf16")]
+    for text, said in (("pytorch:fp32,pytorch:fp32", "names pytorch:fp32 twice"),
+                       ("keras-torch:fp32,keras-torch:fp32", "twice"), ("jax:bf16,jax:bf16,jax:bf16", "3 times")):
+        with pytest.raises(Exception, match=said):
+            gpu_session.rows_list(text)
+    rows = gpu_session.rows_list("pytorch:fp32,keras-jax:tf32,jax:fp32")
+    assert gpu_session.with_repeat(rows) == rows[:2] + [("keras-jax", "tf32")] + rows[2:]
+    assert gpu_session.with_repeat(rows[:1]) == rows[:1]                              # no JAX row
+    twice = gpu_session.rows_list("jax:fp32,jax:bf16,jax:bf16")
+    assert gpu_session.with_repeat(twice) == twice                                    # named twice already
+    assert gpu_session.repeat_estimate({"wall_s": 300.0, "warmup_s": 200.0}) == (
+        int(-(-(1.15 * (300 - 150) + 20) // 1)), "this session's first run: 300 s, warm-up 200 s, taken at 25 %")
+    assert gpu_session.repeat_estimate({"wall_s": 300.0}) is None                     # no record: the records' figure
 
 
 def _tarball(path, members):

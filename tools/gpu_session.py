@@ -17,10 +17,19 @@ In order, under its own deadline (``--deadline-s`` from its start; :data:`RESERV
    else with the runner in this interpreter (``DS2_RUNNER=current``).  A row starts only when its estimate
    (:func:`estimate`) fits in the seconds left; one still running at the deadline gets SIGTERM (run_all.py records
    it as terminated and stops its kernel), then SIGKILL, its process group and every process that carries the
-   session's marker variable.  Each row runs with ``DS2_XLA_AUTOTUNE_DUMP_DIR`` set: the JAX and Keras-on-JAX
-   notebooks have XLA write their autotuning results there (common/xla_autotune.py).  After each row its record,
-   executed notebook, logs and autotuning results are appended to ``session.tar`` (a copy made whole, then
-   renamed: a killed call still returns every row that finished) and a line to ``summary.tsv``.
+   session's marker variable.  After each row its record, executed notebook, logs and autotuning results are
+   appended to ``session.tar`` (a copy made whole, then renamed: a killed call still returns every row that
+   finished) and a line to ``summary.tsv``.
+
+Every row's warm-up is a first run's on this card: the JAX and Keras-on-JAX rows compile with a JAX compilation
+cache of their own (``JAX_COMPILATION_CACHE_DIR``, empty at the start: no program and no autotuning of an earlier
+row is reused), and read the card's XLA autotuning results (common/xla_autotune.py) from the session's copy of
+``results/autotune`` (``DS2_XLA_AUTOTUNE_RESULTS_DIR``).  Each row has XLA write its own results
+(``DS2_XLA_AUTOTUNE_DUMP_DIR``); they go into the tarball and are merged into the session's copy, so that a later
+row reads them as a later run reads them once they are imported and committed.  A JAX or Keras-on-JAX row named
+twice in ``--rows`` runs twice: the second run's warm-up is what a first run on this card takes once the first
+run's results are committed (the default rows run the first JAX row twice).  The newest run of a row is its row:
+``tools/import_session.py`` keeps its record; ``summary.tsv`` and ``session.log`` have both.
 
 What comes back (:data:`OUT_FILES`, six files): ``session.tar`` (``records/``, ``notebooks/``, ``logs/``,
 ``latency/``, ``autotune/``: ``tools/import_session.py`` brings it into a results directory, where
@@ -53,7 +62,8 @@ from typing import Dict, List, Optional, Tuple
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from common import envinfo, xla_autotune  # noqa: E402  (standard library only, as are the two below)
+from common import envinfo, xla_autotune  # noqa: E402  (standard library only, as are the three below)
+from common.results import atomic_write_text  # noqa: E402
 from common.spec import PRECISIONS, PRESETS, get_preset  # noqa: E402
 from runner.dp import host_agent  # noqa: E402
 from runner import validate  # noqa: E402
@@ -62,7 +72,8 @@ from runner.run.targets import ALL_TARGETS  # noqa: E402
 PROG = "gpu_session.py"
 #: the rows worth a lent GPU, in order of value (TensorFlow, MXNet and CNTK cannot run on its image); last, the
 #: variant that runs a layer's two directions as one recurrence, at the precisions where cuDNN runs them one after
-#: the other (the H100's and H200's latency figures): short rows that fill what the others leave
+#: the other (the H100's and H200's latency figures): short rows that fill what the others leave.  The first JAX row
+#: that runs is run twice (:func:`with_repeat`)
 DEFAULT_ROWS = ("pytorch:fp32,pytorch:tf32,pytorch:bf16,jax:fp32,jax:tf32,jax:bf16,keras-jax:fp32,keras-jax:tf32,"
                 "keras-jax:bf16,keras-torch:fp32,pytorch+bidir2:tf32,pytorch+bidir2:bf16")
 #: what a device session leaves out of every notebook (run_all.py --skip): nothing the GPU adds to
@@ -95,6 +106,12 @@ DEFAULT_WALL_S = {
 }
 #: a row without a record and without a default above
 UNKNOWN_WALL_S = 480
+#: a row's second run reads the autotuning results its first run wrote: its estimate is the first run's wall
+#: seconds with this share of its warm-up (on the H100, three shapes compiled in 4.5 s with the results read against
+#: 63.2 s writing them, 7 %: a quarter leaves room for what the first run's file lacks)
+REPEAT_WARMUP_SHARE = 0.25
+#: the rows' environment that runs XLA: a row of it may be named twice (its second run reads the first's results)
+XLA_ENV = "jax"
 #: summary.tsv's columns
 COLUMNS = ("row", "precision", "card", "status", "audio_s_per_s", "warmup_s", "compile_s", "rnn_dtype", "peak_gib",
            "first_loss", "last_loss", "wall_s", "estimate_s", "note")
@@ -166,6 +183,27 @@ def gaps_first(rows: List[Tuple[str, str]], card: str, preset: str, batch_size: 
     done = {(rec.get("target"), rec.get("precision")) for _, rec in ok_records(records_dir, preset, batch_size)
             if (rec.get("device") or {}).get("name") == card}
     return [r for r in rows if r not in done] + [r for r in rows if r in done]
+
+
+def with_repeat(rows: List[Tuple[str, str]]) -> List[Tuple[str, str]]:
+    """The rows with the first JAX or Keras-on-JAX row named twice, next to itself, unless one is named twice
+    already."""
+    xla = [r for r in rows if ALL_TARGETS[r[0]].env == XLA_ENV]
+    if not xla or any(rows.count(r) > 1 for r in xla):
+        return list(rows)
+    i = rows.index(xla[0])
+    return rows[:i + 1] + [xla[0]] + rows[i + 1:]
+
+
+def repeat_estimate(first: dict) -> Optional[Tuple[int, str]]:
+    """A row's second run: ``ceil(MARGIN x (wall - (1 - REPEAT_WARMUP_SHARE) x warm-up) + START_S)`` from its first
+    run in this session (summary.tsv's values); None where the first run left no wall or warm-up seconds."""
+    wall, warmup = first.get("wall_s"), first.get("warmup_s")
+    if not isinstance(wall, (int, float)) or not isinstance(warmup, (int, float)):
+        return None
+    seconds = MARGIN * max(0.0, wall - (1 - REPEAT_WARMUP_SHARE) * min(warmup, wall)) + START_S
+    return int(math.ceil(seconds)), ("this session's first run: %.0f s, warm-up %.0f s, taken at %d %%"
+                                     % (wall, warmup, round(100 * REPEAT_WARMUP_SHARE)))
 
 
 def fits(estimate_s: float, left_s: float) -> bool:
@@ -384,43 +422,90 @@ def row_command(args, target: str, precision: str, results_dir: str, timeout_s: 
     return [sys.executable, "run_all.py", "--use-installed", "%s=%s" % (env_name, args.python)] + options
 
 
+def session_autotune(card: str, scratch: str, directory: str = xla_autotune.RESULTS_DIR) -> str:
+    """The session's copy of the project's autotuning results for this card (``directory``'s
+    ``jax-*/<card>.textproto``), which its rows read and their results are merged into; its path."""
+    copy = os.path.join(scratch, "autotune-results")
+    for path in glob.glob(os.path.join(directory, "jax-*", envinfo.device_slug(card) + xla_autotune.SUFFIX)):
+        there = os.path.join(copy, os.path.relpath(path, directory))
+        os.makedirs(os.path.dirname(there), exist_ok=True)
+        shutil.copyfile(path, there)
+    os.makedirs(copy, exist_ok=True)
+    return copy
+
+
+def merge_dumps(dumps: List[Tuple[str, str]], copy: str) -> List[str]:
+    """A row's autotuning results ((path, jax-<jaxlib>/<card>.<tag>.textproto) each) merged into the session's copy
+    (:func:`session_autotune`) for the rows after it; a line per card file: what it holds now, or what was left
+    out and why."""
+    by_file = {}
+    for path, name in dumps:
+        card_file = xla_autotune.card_file_of(name)
+        if card_file:
+            with open(path, errors="replace") as f:
+                by_file.setdefault(card_file, []).append((name, f.read()))
+    lines = []
+    for card_file, members in sorted(by_file.items()):
+        target = os.path.join(copy, *card_file.split("/"))
+        text, left_out = xla_autotune.merge_file(target, members)
+        if text is not None:
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            atomic_write_text(target, text)
+            lines.append("%s: %d entries for the rows after this one" % (card_file, xla_autotune.count(text)))
+        lines += ["%s: left out: %s" % (card_file, why) for why in left_out]
+    return lines
+
+
 def run_row(args, target: str, precision: str, out: Out, clock: Deadline, env: Dict[str, str], scratch: str,
-            card: str) -> Optional[str]:
-    """One row: started if its estimate fits, stopped at the deadline; its files into the tarball and its line
-    into summary.tsv.  Returns its status."""
+            card: str, earlier: Optional[List[dict]] = None) -> Optional[str]:
+    """One row: started if its estimate fits, stopped at the deadline; its files into the tarball, its autotuning
+    results into the session's copy (``env``'s :data:`xla_autotune.RESULTS_ENV`, where set) and its line into
+    summary.tsv.  ``earlier``: this row's earlier runs in the session (their summary.tsv values); the values of
+    this run are appended.  Returns its status."""
+    earlier = [] if earlier is None else earlier
+    run = len(earlier) + 1
     preset = get_preset(args.preset)
     batch = args.batch_size or preset.batch_size
     given = dict(args.estimate)
+    repeat = repeat_estimate(earlier[0]) if earlier else None
     if (target, precision) in given:
         est, source = given[(target, precision)], "given"
+    elif repeat:
+        est, source = repeat
     else:
         est, source = estimate(target, precision, args.preset, batch, "cpu" if args.dry_run else "cuda")
     line = {"row": target, "precision": precision, "card": card, "estimate_s": est}
+    label = "%s %s%s" % (target, precision, " (run %d)" % run if run > 1 else "")
     left = clock.left()
     if not fits(est, left):
         note = "not started: estimate %d s (%s) > %.0f s left" % (est, source, left)
-        out.log(clock, "%s %s: %s" % (target, precision, note))
-        out.tsv(dict(line, status="not started", note=note))
+        out.log(clock, "%s: %s" % (label, note))
+        out.tsv(dict(line, status="not started", note=("run %d: " % run if run > 1 else "") + note))
         return None
-    name = "%s_%s" % (target, precision)
+    name = "%s_%s" % (target, precision) + (".run%d" % run if run > 1 else "")
     results_dir = os.path.join(scratch, name)
     log = os.path.join(scratch, name + ".run_all.log")
     cmd = row_command(args, target, precision, results_dir, int(left))
-    out.log(clock, "%s %s: started, estimate %d s (%s), %.0f s left: %s" % (target, precision, est, source, left,
-                                                                            " ".join(cmd)))
+    out.log(clock, "%s: started, estimate %d s (%s), %.0f s left: %s" % (label, est, source, left, " ".join(cmd)))
     t0 = time.monotonic()
     autotune_dir = os.path.join(results_dir, "autotune")      # XLA's autotuning results, on JAX (the notebooks)
-    code, killed = run_until(cmd, dict(env, **{xla_autotune.DUMP_ENV: autotune_dir}), log, left, env[MARKER])
+    row_env = dict(env, **{xla_autotune.DUMP_ENV: autotune_dir,
+                           "JAX_COMPILATION_CACHE_DIR": os.path.join(scratch, name + ".jax-cache")})   # empty
+    code, killed = run_until(cmd, row_env, log, left, env[MARKER])
     took = time.monotonic() - t0
     records = sorted(glob.glob(os.path.join(results_dir, "records", "*.json")))
+    dumps = [(p, os.path.relpath(p, autotune_dir).replace(os.sep, "/"))
+             for p in sorted(glob.glob(os.path.join(autotune_dir, "*", "*" + xla_autotune.SUFFIX)))]
     members = [(p, "records/" + os.path.basename(p)) for p in records]
-    members += [(p, "autotune/" + os.path.relpath(p, autotune_dir).replace(os.sep, "/"))
-                for p in sorted(glob.glob(os.path.join(autotune_dir, "*", "*" + xla_autotune.SUFFIX)))]
+    members += [(p, "autotune/" + n) for p, n in dumps]
     members += [(p, "notebooks/" + os.path.basename(p))
                 for p in sorted(glob.glob(os.path.join(results_dir, "notebooks", "*.ipynb")))]
     members += [(p, "logs/" + os.path.basename(p)) for p in sorted(glob.glob(os.path.join(results_dir, "logs", "*")))]
     members.append((log, "logs/" + os.path.basename(log)))
     out.append_tar(members)
+    if env.get(xla_autotune.RESULTS_ENV):
+        for text in merge_dumps(dumps, env[xla_autotune.RESULTS_ENV]):
+            out.log(clock, "%s: autotuning results %s" % (label, text))
     rec = None
     if records:
         try:
@@ -445,15 +530,19 @@ def run_row(args, target: str, precision: str, out: Out, clock: Deadline, env: D
         values["status"] = "killed"
         values["note"] = "stopped at the deadline after %.0f s%s" % (took, "; " + str(values.get("note"))
                                                                      if values.get("note") else "")
+    if run > 1:
+        values["note"] = "run %d%s" % (run, "; " + str(values["note"]) if values.get("note") else "")
     out.tsv(values)
-    out.log(clock, "%s %s: %s in %.0f s (exit %s)%s" % (target, precision, values["status"], took, code,
-                                                         ": " + str(values["note"]) if values.get("note") else ""))
+    earlier.append(values)
+    out.log(clock, "%s: %s in %.0f s (exit %s)%s" % (label, values["status"], took, code,
+                                                   ": " + str(values["note"]) if values.get("note") else ""))
     return values["status"]
 
 
 # ---- the command line -----------------------------------------------------------------------------------------------
 def rows_list(text: str) -> List[Tuple[str, str]]:
-    """ROW:PRECISION[,ROW:PRECISION...]: each row a target, each precision fp32, tf32 or bf16, each pair once."""
+    """ROW:PRECISION[,ROW:PRECISION...]: each row a target, each precision fp32, tf32 or bf16, each pair once, or
+    twice where the row runs XLA (its environment is :data:`XLA_ENV`)."""
     parts = [p.strip() for p in text.split(",")]
     if not any(parts):
         raise argparse.ArgumentTypeError("no row given; expected ROW:PRECISION[,ROW:PRECISION...]")
@@ -466,8 +555,14 @@ def rows_list(text: str) -> List[Tuple[str, str]]:
             raise argparse.ArgumentTypeError(
                 "%r: expected ROW:PRECISION, ROW one of %s, PRECISION one of %s" % (part, ", ".join(ALL_TARGETS),
                                                                                      ", ".join(PRECISIONS)))
-        if (target, precision) in rows:
-            raise argparse.ArgumentTypeError("%r names %s twice; name each row once" % (text, part))
+        seen = rows.count((target, precision))
+        if seen and ALL_TARGETS[target].env != XLA_ENV:
+            raise argparse.ArgumentTypeError("%r names %s twice; name each row once (a JAX or Keras-on-JAX row may "
+                                             "be named twice: its second run reads the first's autotuning results)"
+                                             % (text, part))
+        if seen > 1:
+            raise argparse.ArgumentTypeError("%r names %s %d times; a row runs at most twice" % (text, part,
+                                                                                               seen + 1))
         rows.append((target, precision))
     return rows
 
@@ -566,9 +661,11 @@ def main(argv=None) -> int:
     if not args.wheelhouse:
         env["DS2_RUNNER"] = "current"
     card = gpus[0]["name"] if gpus else envinfo.cpu_model()
-    if default_rows:            # the rows without a record on this card first
-        args.rows = gaps_first(args.rows, card, args.preset, args.batch_size or get_preset(args.preset).batch_size)
-    statuses = []
+    if default_rows:            # the rows without a record on this card first, the first JAX row twice
+        args.rows = with_repeat(gaps_first(args.rows, card, args.preset,
+                                           args.batch_size or get_preset(args.preset).batch_size))
+    env[xla_autotune.RESULTS_ENV] = session_autotune(card, scratch)
+    statuses, runs = [], {}
 
     def on_signal(signum, frame):
         if CURRENT["proc"] is not None:
@@ -589,7 +686,8 @@ def main(argv=None) -> int:
         versions(args.python, "before", out, clock, facts)
         latency(args, out, clock, env, scratch)
         for target, precision in args.rows:
-            statuses.append(run_row(args, target, precision, out, clock, env, scratch, card))
+            statuses.append(run_row(args, target, precision, out, clock, env, scratch, card,
+                                    runs.setdefault((target, precision), [])))
         versions(args.python, "after", out, clock, facts)
     finally:
         for s, handler in previous.items():

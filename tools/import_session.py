@@ -25,10 +25,9 @@ leaves its folder, a record that is not a run's record, a tarball with neither r
 """
 import json
 import os
-import re
 import sys
 import tarfile
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Tuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -41,8 +40,6 @@ from runner import validate  # noqa: E402
 PROG = "import_session.py"
 #: the tarball's folders (tools/gpu_session.py writes these and no others)
 FOLDERS = ("records", "notebooks", "logs", "latency", "autotune")
-#: an autotuning results member: autotune/jax-<jaxlib>/<card>.<row-precision>.textproto
-AUTOTUNE_MEMBER = re.compile(r"^autotune/(jax-[\w.+-]+)/([a-z0-9-]+)\.[\w.+-]+\.textproto$")
 
 
 class Refused(Exception):
@@ -50,9 +47,10 @@ class Refused(Exception):
 
 
 def read_session(tar_path: str) -> Tuple[Dict[str, dict], Dict[str, bytes], List[dict],
-                                        Dict[Tuple[str, str], List[Tuple[str, str]]]]:
-    """(record name -> record, notebook name -> bytes, latency reports, (jax-<jaxlib>, card) -> autotuning results'
-    texts) from the tarball; :class:`Refused` for anything :func:`main`'s docstring names as bad input."""
+                                        Dict[str, List[Tuple[str, str]]]]:
+    """(record name -> record, notebook name -> bytes, latency reports, jax-<jaxlib>/<card>.textproto -> the
+    autotuning results for that card's file, (member, text) each) from the tarball; :class:`Refused` for anything
+    :func:`main`'s docstring names as bad input."""
     records, notebooks, latency, autotune = {}, {}, [], {}
     try:
         tar = tarfile.open(tar_path, "r")
@@ -61,7 +59,7 @@ def read_session(tar_path: str) -> Tuple[Dict[str, dict], Dict[str, bytes], List
     with tar:
         for member in tar.getmembers():
             parts = member.name.split("/")
-            tuned = AUTOTUNE_MEMBER.match(member.name)
+            tuned = parts[0] == "autotune" and xla_autotune.card_file_of("/".join(parts[1:]))
             if (member.name.startswith("/") or ".." in parts or parts[0] not in FOLDERS or not member.isfile()
                     or (len(parts) != 2 if parts[0] != "autotune" else not tuned)):
                 raise Refused("%s: member %r is not a file directly under %s, or autotune/jax-VERSION/CARD.ROW"
@@ -75,7 +73,7 @@ def read_session(tar_path: str) -> Tuple[Dict[str, dict], Dict[str, bytes], List
                 notebooks[name] = data
                 continue
             if folder == "autotune":
-                autotune.setdefault(tuned.groups(), []).append((member.name, data.decode("utf-8", "replace")))
+                autotune.setdefault(tuned, []).append((member.name, data.decode("utf-8", "replace")))
                 continue
             try:
                 doc = json.loads(data.decode("utf-8"))
@@ -95,30 +93,6 @@ def read_session(tar_path: str) -> Tuple[Dict[str, dict], Dict[str, bytes], List
     if not records and not latency:
         raise Refused("%s holds no record and no latency figures: nothing to import" % tar_path)
     return records, notebooks, latency, autotune
-
-
-def merge_autotune(path: str, members: List[Tuple[str, str]]) -> Tuple[Optional[str], List[str]]:
-    """The file at ``path`` (where it exists) and the session's results for it as one text, every entry once (the
-    file's own first); a member that is not a whole results file is left out, named in the second value.  None
-    where nothing is left to write."""
-    texts, left_out = [], []
-    if os.path.isfile(path):
-        with open(path) as f:
-            texts.append(f.read())
-    own = len(texts)                        # the file already here: nothing new without a member
-    for name, text in members:
-        try:
-            xla_autotune.entries(text)
-        except ValueError as e:
-            left_out.append("%s: %s" % (name, e))
-            continue
-        texts.append(text)
-    if len(texts) == own:
-        return None, left_out
-    try:
-        return xla_autotune.merge(texts), left_out
-    except ValueError as e:
-        return None, left_out + ["%s: %s" % (", ".join(n for n, _ in members), e)]
 
 
 def import_session(tar_path: str, results_dir: str) -> Tuple[List[str], List[str]]:
@@ -148,9 +122,9 @@ def import_session(tar_path: str, results_dir: str) -> Tuple[List[str], List[str
         os.makedirs(os.path.dirname(path), exist_ok=True)
         atomic_write_text(path, json.dumps(report, indent=1) + "\n")
         written.append(path)
-    for (version, card), members in sorted(autotune.items()):
-        path = os.path.join(results_dir, "autotune", version, card + xla_autotune.SUFFIX)
-        text, skipped = merge_autotune(path, members)
+    for card_file, members in sorted(autotune.items()):
+        path = os.path.join(results_dir, "autotune", *card_file.split("/"))
+        text, skipped = xla_autotune.merge_file(path, members)
         left_out += skipped
         if text is not None:
             os.makedirs(os.path.dirname(path), exist_ok=True)
