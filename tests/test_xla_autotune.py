@@ -193,37 +193,9 @@ def test_the_jax_notebook_compiles_one_program_at_a_time_where_it_writes_the_res
 
 
 # ---- a device session's row, and the import ---------------------------------------------------------------------
-def test_a_session_row_runs_with_the_dump_directory_and_its_results_go_into_the_tarball(tmp_path, monkeypatch):
-    sys.path.insert(0, os.path.join(ROOT, "tools"))
-    import gpu_session
-
-    seen = {}
-
-    def fake_run(cmd, env, log, seconds, marker):        # the row: XLA writes its file where it was told
-        seen["dir"] = env[xla_autotune.DUMP_ENV]
-        path = os.path.join(seen["dir"], "jax-0.11.2", "nvidia-h100-80gb-hbm3.jax-fp32.textproto")
-        os.makedirs(os.path.dirname(path))
-        with open(path, "w") as f:
-            f.write(NEW)
-        with open(log, "w") as f:
-            f.write("run_all.py: done\n")
-        return 0, False
-
-    monkeypatch.setattr(gpu_session, "run_until", fake_run)
-    out = gpu_session.Out(str(tmp_path / "out"))
-    args = gpu_session.build_parser().parse_args(["--dry-run", "--out", str(tmp_path / "out"), "--rows",
-                                                  "jax:fp32", "--estimate", "jax:fp32=1"])
-    args.preset = "smoke"
-    gpu_session.run_row(args, "jax", "fp32", out, gpu_session.Deadline(100), {gpu_session.MARKER: "x"},
-                        str(tmp_path / "scratch"), CARD)
-    assert seen["dir"] == str(tmp_path / "scratch" / "jax_fp32" / "autotune")
-    with tarfile.open(str(tmp_path / "out" / "session.tar")) as t:
-        assert "autotune/jax-0.11.2/nvidia-h100-80gb-hbm3.jax-fp32.textproto" in t.getnames()
-
-
 def test_a_session_reads_the_cards_results_and_a_rows_second_run_reads_what_the_first_wrote(tmp_path, monkeypatch):
-    """The session's copy of results/autotune (the committed file of this card only) is what its rows read; a row's
-    results are merged into it after the row; every run compiles with a JAX cache of its own; the second run of a
+    """The session's copy of results/autotune (the committed file of this card only) is what its rows read; a row
+    runs with the dump directory set, and its results go into the tarball and are merged into the copy after it; every run compiles with a JAX cache of its own; the second run of a
     row is estimated from the first and named as such; the tarball holds both runs' records, and the import keeps
     the newest."""
     sys.path.insert(0, os.path.join(ROOT, "tools"))
@@ -244,7 +216,7 @@ def test_a_session_reads_the_cards_results_and_a_rows_second_run_reads_what_the_
         results_dir = cmd[cmd.index("--results-dir") + 1]
         with open(card_copy) as f:
             seen.append({"read": xla_autotune.count(f.read()), "cache": env["JAX_COMPILATION_CACHE_DIR"],
-                         "results": env[xla_autotune.RESULTS_ENV], "seconds": seconds})
+                         "results": env[xla_autotune.RESULTS_ENV], "dump": env[xla_autotune.DUMP_ENV]})
         path = os.path.join(env[xla_autotune.DUMP_ENV], "jax-0.11.2", "nvidia-h100-80gb-hbm3.jax-fp32.textproto")
         os.makedirs(os.path.dirname(path))
         with open(path, "w") as f:
@@ -269,6 +241,8 @@ def test_a_session_reads_the_cards_results_and_a_rows_second_run_reads_what_the_
             for _ in range(2)] == ["ok", "ok"]
     assert [s["read"] for s in seen] == [1, 2]        # the committed entry; then with the first run's new one
     assert seen[0]["cache"] != seen[1]["cache"] and all(s["results"] == copy for s in seen)
+    assert [s["dump"] for s in seen] == [str(scratch / "jax_fp32" / "autotune"), str(scratch / "jax_fp32.run2" /
+                                                                                    "autotune")]
     assert "KEPT" in open(card_copy).read() and "NEW" not in open(card_copy).read()
     with open(out.path["summary.tsv"]) as f:
         lines = f.read().splitlines()[1:]
@@ -280,6 +254,7 @@ def test_a_session_reads_the_cards_results_and_a_rows_second_run_reads_what_the_
     assert "(run 2): autotuning results jax-0.11.2/nvidia-h100-80gb-hbm3.textproto: 3 entries" in log
     with tarfile.open(out.path["session.tar"]) as t:
         assert t.getnames().count("records/jax_smoke_fp32_bs8_cpu.json") == 2
+        assert t.getnames().count("autotune/jax-0.11.2/nvidia-h100-80gb-hbm3.jax-fp32.textproto") == 2
     res = tmp_path / "res"
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "import_session.py"), out.path["session.tar"],
                            "--results-dir", str(res)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
