@@ -273,8 +273,8 @@ def test_a_row_twice_only_where_it_runs_xla_and_the_default_rows_run_the_first_j
                        ("keras-torch:fp32,keras-torch:fp32", "twice"), ("jax:bf16,jax:bf16,jax:bf16", "3 times")):
         with pytest.raises(Exception, match=said):
             gpu_session.rows_list(text)
-    rows = gpu_session.rows_list("pytorch:fp32,keras-jax:tf32,jax:fp32")
-    assert gpu_session.with_repeat(rows) == rows[:2] + [("keras-jax", "tf32")] + rows[2:]
+    rows = gpu_session.rows_list("pytorch:fp32,jax+hoist:fp32,keras-jax:tf32,jax:fp32")
+    assert gpu_session.with_repeat(rows) == rows[:3] + [("keras-jax", "tf32")] + rows[3:]     # not a variant
     assert gpu_session.with_repeat(rows[:1]) == rows[:1]                              # no JAX row
     twice = gpu_session.rows_list("jax:fp32,jax:bf16,jax:bf16")
     assert gpu_session.with_repeat(twice) == twice                                    # named twice already
