@@ -194,8 +194,9 @@ def test_the_jax_notebook_compiles_one_program_at_a_time_where_it_writes_the_res
 
 # ---- a device session's row, and the import ---------------------------------------------------------------------
 def test_a_session_reads_the_cards_results_and_a_rows_second_run_reads_what_the_first_wrote(tmp_path, monkeypatch):
-    """The session's copy of results/autotune (the committed file of this card only) is what its rows read; a row
-    runs with the dump directory set, and its results go into the tarball and are merged into the copy after it; every run compiles with a JAX cache of its own; the second run of a
+    """The session's copy of results/autotune (the committed file of this card only) is what its rows read; a row's
+    first run has the dump directory set, and its results go into the tarball and are merged into the copy after it
+    (the second run writes none); every run compiles with a JAX cache of its own; the second run of a
     row is estimated from the first and named as such; the tarball holds both runs' records, and the import keeps
     the newest."""
     sys.path.insert(0, os.path.join(ROOT, "tools"))
@@ -216,11 +217,12 @@ def test_a_session_reads_the_cards_results_and_a_rows_second_run_reads_what_the_
         results_dir = cmd[cmd.index("--results-dir") + 1]
         with open(card_copy) as f:
             seen.append({"read": xla_autotune.count(f.read()), "cache": env["JAX_COMPILATION_CACHE_DIR"],
-                         "results": env[xla_autotune.RESULTS_ENV], "dump": env[xla_autotune.DUMP_ENV]})
-        path = os.path.join(env[xla_autotune.DUMP_ENV], "jax-0.11.2", "nvidia-h100-80gb-hbm3.jax-fp32.textproto")
-        os.makedirs(os.path.dirname(path))
-        with open(path, "w") as f:
-            f.write(entry("1", "NEW") + entry(str(len(seen) + 1)))
+                         "results": env[xla_autotune.RESULTS_ENV], "dump": env.get(xla_autotune.DUMP_ENV)})
+        if env.get(xla_autotune.DUMP_ENV):
+            path = os.path.join(env[xla_autotune.DUMP_ENV], "jax-0.11.2", "nvidia-h100-80gb-hbm3.jax-fp32.textproto")
+            os.makedirs(os.path.dirname(path))
+            with open(path, "w") as f:
+                f.write(entry("1", "NEW") + entry(str(len(seen) + 1)))
         os.makedirs(os.path.join(results_dir, "records"))
         with open(os.path.join(results_dir, "records", "jax_smoke_fp32_bs8_cpu.json"), "w") as f:
             json.dump({"target": "jax", "status": "ok", "run": {"wall_s": 1.0, "n": len(seen)},
@@ -241,8 +243,7 @@ def test_a_session_reads_the_cards_results_and_a_rows_second_run_reads_what_the_
             for _ in range(2)] == ["ok", "ok"]
     assert [s["read"] for s in seen] == [1, 2]        # the committed entry; then with the first run's new one
     assert seen[0]["cache"] != seen[1]["cache"] and all(s["results"] == copy for s in seen)
-    assert [s["dump"] for s in seen] == [str(scratch / "jax_fp32" / "autotune"), str(scratch / "jax_fp32.run2" /
-                                                                                    "autotune")]
+    assert [s["dump"] for s in seen] == [str(scratch / "jax_fp32" / "autotune"), None]   # run 2 compiles on threads
     assert "KEPT" in open(card_copy).read() and "NEW" not in open(card_copy).read()
     with open(out.path["summary.tsv"]) as f:
         lines = f.read().splitlines()[1:]
@@ -251,10 +252,10 @@ def test_a_session_reads_the_cards_results_and_a_rows_second_run_reads_what_the_
     assert lines[1].split("\t")[-1] == "run 2" and lines[0].split("\t")[-1] == ""
     log = open(out.path["session.log"]).read()
     assert "jax fp32 (run 2): started, estimate" in log and "this session's first run" in log
-    assert "(run 2): autotuning results jax-0.11.2/nvidia-h100-80gb-hbm3.textproto: 3 entries" in log
+    assert "jax fp32: autotuning results jax-0.11.2/nvidia-h100-80gb-hbm3.textproto: 2 entries" in log
     with tarfile.open(out.path["session.tar"]) as t:
         assert t.getnames().count("records/jax_smoke_fp32_bs8_cpu.json") == 2
-        assert t.getnames().count("autotune/jax-0.11.2/nvidia-h100-80gb-hbm3.jax-fp32.textproto") == 2
+        assert t.getnames().count("autotune/jax-0.11.2/nvidia-h100-80gb-hbm3.jax-fp32.textproto") == 1
     res = tmp_path / "res"
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "import_session.py"), out.path["session.tar"],
                            "--results-dir", str(res)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -25,9 +25,10 @@ Every row's warm-up is a first run's on this card: the JAX and Keras-on-JAX rows
 cache of their own (``JAX_COMPILATION_CACHE_DIR``, empty at the start: no program and no autotuning of an earlier
 row is reused), and read the card's XLA autotuning results (common/xla_autotune.py) from the session's copy of
 ``results/autotune`` (``DS2_XLA_AUTOTUNE_RESULTS_DIR``). Each row has XLA write its own results
-(``DS2_XLA_AUTOTUNE_DUMP_DIR``); they go into the tarball and are merged into the session's copy, so that a later
-row reads them as a later run reads them once they are imported and committed. A JAX or Keras-on-JAX row named twice
-in ``--rows`` runs twice: the second run's warm-up is what a first run on this card takes once the first run's
+(``DS2_XLA_AUTOTUNE_DUMP_DIR``; the JAX notebook then compiles one program at a time, as each compilation writes the
+whole file); they go into the tarball and are merged into the session's copy, so that a later row reads them as a
+later run reads them once they are imported and committed. A JAX or Keras-on-JAX row named twice in ``--rows`` runs
+twice: the second run writes no results, so its warm-up is what a first run on this card takes once the first run's
 results are committed (the default rows run the first JAX row of record twice). The newest run of a row is its row:
 ``tools/import_session.py`` keeps its record; ``summary.tsv`` and ``session.log`` have both.
 
@@ -492,8 +493,11 @@ def run_row(args, target: str, precision: str, out: Out, clock: Deadline, env: D
     out.log(clock, "%s: started, estimate %d s (%s), %.0f s left: %s" % (label, est, source, left, " ".join(cmd)))
     t0 = time.monotonic()
     autotune_dir = os.path.join(results_dir, "autotune")      # XLA's autotuning results, on JAX (the notebooks)
-    row_env = dict(env, **{xla_autotune.DUMP_ENV: autotune_dir,
-                           "JAX_COMPILATION_CACHE_DIR": os.path.join(scratch, name + ".jax-cache")})   # empty
+    row_env = dict(env, JAX_COMPILATION_CACHE_DIR=os.path.join(scratch, name + ".jax-cache"))   # empty
+    if run == 1:                # a second run writes none: it compiles on as many threads as a user's run
+        row_env[xla_autotune.DUMP_ENV] = autotune_dir
+    else:
+        row_env.pop(xla_autotune.DUMP_ENV, None)
     code, killed = run_until(cmd, row_env, log, left, env[MARKER])
     took = time.monotonic() - t0
     records = sorted(glob.glob(os.path.join(results_dir, "records", "*.json")))
