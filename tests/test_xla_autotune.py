@@ -262,6 +262,9 @@ def test_a_session_reads_the_cards_results_and_a_rows_second_run_reads_what_the_
                           universal_newlines=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert json.loads((res / "records" / "jax_smoke_fp32_bs8_cpu.json").read_text())["run"]["n"] == 2
+    args.no_autotune_dump = True                      # a call after the results were imported: none written
+    assert gpu_session.run_row(args, "jax", "bf16", out, clock, env, str(scratch), CARD) == "ok"
+    assert seen[-1]["dump"] is None and seen[-1]["read"] == 2
 
 
 def test_a_row_twice_only_where_it_runs_xla_and_the_default_rows_run_the_first_jax_row_twice():

@@ -29,7 +29,8 @@ row is reused), and read the card's XLA autotuning results (common/xla_autotune.
 whole file); they go into the tarball and are merged into the session's copy, so that a later row reads them as a
 later run reads them once they are imported and committed. A JAX or Keras-on-JAX row named twice in ``--rows`` runs
 twice: the second run writes no results, so its warm-up is what a first run on this card takes once the first run's
-results are committed (the default rows run the first JAX row of record twice). The newest run of a row is its row:
+results are committed (the default rows run the first JAX row of record twice). ``--no-autotune-dump``: no row
+writes results (a call made after the results of an earlier one were imported). The newest run of a row is its row:
 ``tools/import_session.py`` keeps its record; ``summary.tsv`` and ``session.log`` have both.
 
 What comes back (:data:`OUT_FILES`, six files): ``session.tar`` (``records/``, ``notebooks/``, ``logs/``,
@@ -494,7 +495,7 @@ def run_row(args, target: str, precision: str, out: Out, clock: Deadline, env: D
     t0 = time.monotonic()
     autotune_dir = os.path.join(results_dir, "autotune")      # XLA's autotuning results, on JAX (the notebooks)
     row_env = dict(env, JAX_COMPILATION_CACHE_DIR=os.path.join(scratch, name + ".jax-cache"))   # empty
-    if run == 1:                # a second run writes none: it compiles on as many threads as a user's run
+    if run == 1 and not args.no_autotune_dump:    # else none written: it compiles on every core, as a user's run
         row_env[xla_autotune.DUMP_ENV] = autotune_dir
     else:
         row_env.pop(xla_autotune.DUMP_ENV, None)
@@ -608,6 +609,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "tools/installed_offline.sh DIR PYTHON")
     p.add_argument("--scratch", type=validate.non_empty("directory"), default=None, metavar="DIR",
                    help="where the rows' results directories go (default: a temporary folder, removed at the end)")
+    p.add_argument("--no-autotune-dump", action="store_true",
+                   help="no row writes XLA's autotuning results (so the JAX rows compile on every core): a call after "
+                        "one whose results were imported into results/autotune, to time the warm-up they give")
     p.add_argument("--dry-run", action="store_true",
                    help="on the CPU: --device cpu, the smoke preset, the CPU records' estimates")
     return p
