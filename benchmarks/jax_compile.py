@@ -1,5 +1,5 @@
 """How long XLA takes to compile the JAX notebook's training step, one program per batch shape, and what the levers
-do: threads, one shape first, XLA's autotuning.
+do: threads, one shape first, XLA's autotuning; and one lever on the step's speed, the loop in a CUDA graph.
 
     python3 benchmarks/jax_compile.py --out jax_compile.json                  # on a GPU: quick, 3 lengths, ~3 min
     .venvs/jax-cpu/bin/python benchmarks/jax_compile.py --preset smoke       # a CPU check of the script
@@ -23,6 +23,10 @@ import of JAX, and nothing a setting compiled or autotuned carries into the next
 - ``loaded``: ``threads`` in a fresh process that reads that file first (``--xla_gpu_load_autotune_results_from``):
   the warm-up a user would see if the project shipped the card's autotuning results (run after ``dump``; on a CPU,
   where XLA autotunes nothing and writes no file, it is skipped with that reason);
+- ``graphs``: ``threads`` with ``XLA_FLAGS=--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL``: XLA records the
+  scan's ``while`` loop, body and all, into one CUDA graph (CUDA's conditional graph nodes), so the GPU runs the
+  recurrence's steps without the host launching each one, as ``pytorch+graphs`` replays PyTorch's step; by default
+  XLA's command buffers hold fusions and library calls but not loops (on a CPU the flag changes nothing);
 
 and, for each, the median of ``--steps`` training steps per shape (what a lever costs in speed).  The
 model, loss, optimizer and training step are the notebook's own cells (sections 4, 6 and 7), at ``--precision``;
@@ -48,6 +52,7 @@ SETTINGS = {
     "cublas": {"threads": None, "first": False, "xla_flags": "--xla_gpu_enable_triton_gemm=false"},
     "dump": {"threads": 1, "first": False, "xla_flags": "--xla_gpu_dump_autotune_results_to={autotune}"},
     "loaded": {"threads": None, "first": False, "xla_flags": "--xla_gpu_load_autotune_results_from={autotune}"},
+    "graphs": {"threads": None, "first": False, "xla_flags": "--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL"},
 }
 #: the autotuning results ``dump`` writes and ``loaded`` reads (text format: XLA picks it by the file's extension)
 AUTOTUNE_FILE = "autotune_results.textproto"

@@ -1,7 +1,8 @@
 """benchmarks/jax_compile.py on the CPU: the JAX notebook's training step compiled for the smoke preset's 2-s and 8-s
 batches (the first alone, then the other on the thread pool), in a child process with XLA's persistent cache off,
 and the JSON it writes: a check of the script a GPU session runs (docs/gpus.md), not a measurement.  The
-autotuning settings (``dump``, ``loaded``) do something on a GPU only: here, their flags and their refusal."""
+autotuning settings (``dump``, ``loaded``) and ``graphs`` do something on a GPU only: here, their flags, that XLA
+takes them, and the refusal of ``loaded`` without ``dump``."""
 import json
 import os
 import subprocess
@@ -20,7 +21,7 @@ def test_jax_compile_smoke_writes_the_settings_figures(tmp_path):
                     % JAX_PYTHON)
     out = tmp_path / "jax_compile.json"
     proc = subprocess.run([JAX_PYTHON, os.path.join(ROOT, "benchmarks", "jax_compile.py"), "--preset", "smoke",
-                           "--lengths", "2,8", "--settings", "first,loaded", "--steps", "1", "--out", str(out)], cwd=ROOT,
+                           "--lengths", "2,8", "--settings", "first,loaded,graphs", "--steps", "1", "--out", str(out)], cwd=ROOT,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:]
     report = json.loads(out.read_text())
@@ -32,6 +33,10 @@ def test_jax_compile_smoke_writes_the_settings_figures(tmp_path):
     assert "first " in proc.stdout and "2 programs" in proc.stdout
     # `loaded` reads what `dump` wrote; without it, it is skipped with the reason, and nothing is started for it
     assert report["results"]["loaded"] == {"skipped": "no autotuning results to load: `dump` did not run before it"}
+    # `graphs`: XLA takes its flag (a flag it does not know stops JAX at its start); on a CPU it changes nothing
+    graphs = report["results"]["graphs"]
+    assert "--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL" in graphs["xla_flags"].split()
+    assert sorted(graphs["step_ms_median"]) == ["2", "8"]
 
 
 def test_the_autotuning_settings_name_the_file_one_writes_and_the_other_reads(tmp_path):
