@@ -25,8 +25,10 @@ import of JAX, and nothing a setting compiled or autotuned carries into the next
   where XLA autotunes nothing and writes no file, it is skipped with that reason);
 - ``graphs``: ``threads`` with ``XLA_FLAGS=--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL``: XLA records the
   scan's ``while`` loop, body and all, into one CUDA graph (CUDA's conditional graph nodes), so the GPU runs the
-  recurrence's steps without the host launching each one, as ``pytorch+graphs`` replays PyTorch's step; by default
-  XLA's command buffers hold fusions and library calls but not loops (on a CPU the flag changes nothing);
+  recurrence's steps without the host launching each one, as ``pytorch+graphs`` replays PyTorch's step (XLA's
+  default list of what goes into command buffers, as its sources read in 2025 have it, holds fusions and library
+  calls but no loops; the steps against ``threads`` say whether this jaxlib's does; on a CPU the flag changes
+  nothing);
 
 and, for each, the median of ``--steps`` training steps per shape (what a lever costs in speed).  The
 model, loss, optimizer and training step are the notebook's own cells (sections 4, 6 and 7), at ``--precision``;
