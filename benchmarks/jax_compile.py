@@ -28,7 +28,7 @@ import of JAX, and nothing a setting compiled or autotuned carries into the next
   recurrence's steps without the host launching each one, as ``pytorch+graphs`` replays PyTorch's step (XLA's
   default list of what goes into command buffers, as its sources read in 2025 have it, holds fusions and library
   calls but no loops; the steps against ``threads`` say whether this jaxlib's does; on a CPU the flag changes
-  nothing);
+  nothing; the JAX notebook's variant ``graphs`` sets the same flag);
 
 and, for each, the median of ``--steps`` training steps per shape (what a lever costs in speed).  The
 model, loss, optimizer and training step are the notebook's own cells (sections 4, 6 and 7), at ``--precision``;
@@ -45,6 +45,9 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from common.compile_cache import LOOP_GRAPHS_FLAG  # noqa: E402  (no framework import)
+
 NOTEBOOK = os.path.join(ROOT, "notebooks", "JAX_Flax_DS2.ipynb")
 SETTINGS = {
     "serial": {"threads": 1, "first": False, "xla_flags": ""},
@@ -54,7 +57,7 @@ SETTINGS = {
     "cublas": {"threads": None, "first": False, "xla_flags": "--xla_gpu_enable_triton_gemm=false"},
     "dump": {"threads": 1, "first": False, "xla_flags": "--xla_gpu_dump_autotune_results_to={autotune}"},
     "loaded": {"threads": None, "first": False, "xla_flags": "--xla_gpu_load_autotune_results_from={autotune}"},
-    "graphs": {"threads": None, "first": False, "xla_flags": "--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL"},
+    "graphs": {"threads": None, "first": False, "xla_flags": LOOP_GRAPHS_FLAG},     # the JAX notebook's variant
 }
 #: the autotuning results ``dump`` writes and ``loaded`` reads (text format: XLA picks it by the file's extension)
 AUTOTUNE_FILE = "autotune_results.textproto"

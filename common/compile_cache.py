@@ -12,6 +12,7 @@ loads it instead of compiling it again: the same notebook run again, or another 
 * :class:`JaxCompileCounter` -- ``jax.monitoring`` listeners that count the programs XLA builds (``compiles``,
   ``compile_s``; a program loaded from the cache counts as one, with the seconds its load took) and the cache's
   ``cache_hits`` and ``cache_misses``.
+* :func:`loop_graphs_xla_flags` -- ``XLA_FLAGS`` with the scans' loops in XLA:GPU's command buffers.
 * :func:`tf_xla_flags` -- ``TF_XLA_FLAGS`` with TensorFlow's persistent XLA cache
   (``--tf_xla_persistent_cache_directory``); :func:`cache_files` counts what it holds.
 
@@ -30,6 +31,10 @@ JAX_CACHE_EVENTS = ("/jax/compilation_cache/cache_hits", "/jax/compilation_cache
 TF_CACHE_FLAG = "--tf_xla_persistent_cache_directory"
 #: XLA with LLVM's optimisation of the generated code off: the JAX and Keras notebooks' smoke preset on a CPU
 FAST_COMPILE_FLAG = "--xla_backend_optimization_level=0"
+#: XLA:GPU's command buffers (CUDA graphs) with while loops and conditionals added to its default list: a scan's
+#: loop, body and all, recorded into one graph (the JAX notebook's variant graphs, benchmarks/jax_compile.py)
+COMMAND_BUFFER_FLAG = "--xla_gpu_enable_command_buffer"
+LOOP_GRAPHS_FLAG = COMMAND_BUFFER_FLAG + "=+WHILE,+CONDITIONAL"
 
 
 def device_type(platform: str, device: str) -> str:
@@ -126,3 +131,14 @@ def fast_compile_xla_flags(flags: Optional[str]) -> str:
     if "xla_backend_optimization_level" in flags:
         return flags
     return (flags.strip() + " " + FAST_COMPILE_FLAG).strip()
+
+
+def loop_graphs_xla_flags(flags: Optional[str]) -> str:
+    """``XLA_FLAGS`` (``flags``, may be empty or None) with :data:`LOOP_GRAPHS_FLAG` added; a ``ValueError`` (one
+    line) where ``flags`` already names the command buffers' contents: the variant would not be what it says.  XLA
+    reads the variable once, when JAX starts its backend."""
+    flags = (flags or "").strip()
+    if any(f.partition("=")[0] == COMMAND_BUFFER_FLAG for f in flags.split()):
+        raise ValueError("variant 'graphs' sets %s, which XLA_FLAGS names already (%s): leave it out of XLA_FLAGS"
+                         % (LOOP_GRAPHS_FLAG, flags))
+    return (flags + " " + LOOP_GRAPHS_FLAG).strip()

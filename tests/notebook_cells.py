@@ -153,3 +153,27 @@ def assert_every_part_skipped(run, rec):
     weights = os.path.join(str(run.results_dir), "weights")
     written = os.listdir(weights) if os.path.isdir(weights) else []
     assert not [name for name in written if name.startswith(rec["target"] + "_")], written
+
+
+def settings_until_framework(notebook, **overrides):
+    """The notebook's first settings cell (the JAX notebook has two: its second turns the cache on) with its
+    parameters and ``overrides``, its imports left out, XLA's helpers (common.compile_cache, common.xla_autotune) and
+    a plain dict for ``os.environ``: (the variables it set, what stopped it: :class:`Touched` where it reached the
+    framework, the exception it raised, or None)."""
+    import types
+    from common import compile_cache, xla_autotune
+    with open(os.path.join(ROOT, "notebooks", notebook)) as f:
+        cells = [c for c in json.load(f)["cells"] if "rosetta:settings" in c["metadata"].get("tags", [])]
+    tree = ast.parse("".join(cells[0]["source"]))
+    tree.body = [node for node in tree.body if not isinstance(node, (ast.Import, ast.ImportFrom))]
+    params = {node.targets[0].id: ast.literal_eval(node.value)
+              for node in ast.parse(tagged_source(notebook, "parameters")).body if isinstance(node, ast.Assign)}
+    environ = {}
+    given = dict(params, **settings_names())
+    given.update(compile_cache=compile_cache, xla_autotune=xla_autotune, os=types.SimpleNamespace(environ=environ),
+                 **overrides)
+    try:
+        exec(compile(tree, notebook, "exec"), {}, Namespace(given))
+    except Exception as e:
+        return environ, e
+    return environ, None

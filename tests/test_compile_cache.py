@@ -2,6 +2,8 @@
 framework here: a stand-in for the few parts of ``jax`` the helpers touch)."""
 import os
 
+import pytest
+
 from common import compile_cache
 from common.compile_cache import (JAX_CACHE_EVENTS, JAX_COMPILE_EVENT, JaxCompileCounter, cache_dir, cache_files,
                                   device_type, enable_jax_cache, tf_xla_cache_dir, tf_xla_flags)
@@ -87,6 +89,17 @@ def test_fast_compile_flag_is_added_once_and_a_users_level_kept():
     assert compile_cache.fast_compile_xla_flags(mine) == mine
     once = compile_cache.fast_compile_xla_flags(None)
     assert compile_cache.fast_compile_xla_flags(once) == once
+
+
+def test_loop_graphs_flag_is_added_and_a_users_command_buffers_refused():
+    assert compile_cache.loop_graphs_xla_flags(None) == "--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL"
+    assert compile_cache.loop_graphs_xla_flags(" --xla_dump_to=/tmp/d ") == \
+        "--xla_dump_to=/tmp/d --xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL"
+    for mine in ("--xla_gpu_enable_command_buffer=", "--xla_dump_to=/d --xla_gpu_enable_command_buffer=FUSION"):
+        with pytest.raises(ValueError, match="XLA_FLAGS names already") as e:
+            compile_cache.loop_graphs_xla_flags(mine)
+        assert "\n" not in str(e.value)
+    assert compile_cache.loop_graphs_xla_flags("--xla_gpu_enable_command_buffer_x=1").endswith("+CONDITIONAL")
 
 
 def test_cache_files_counts_files(tmp_path):

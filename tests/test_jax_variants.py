@@ -1,6 +1,8 @@
 """The JAX notebook's variant ``hoist`` (row ``jax+hoist``): the bd layers' input projection x_t W + b of every time
 step as one matrix product before the scan, the scan left with h U. Same model code, parameters and loss as the row
-of record (section 4 of notebooks/JAX_Flax_DS2.ipynb).
+of record (section 4 of notebooks/JAX_Flax_DS2.ipynb).  And its variant ``graphs`` (row ``jax+graphs``, a CUDA GPU
+only): section 2's settings cell, which adds the flag that puts the scans' loops in XLA's command buffers before
+JAX starts, and refuses the variant without a GPU, run here without JAX (tests/notebook_cells.py).
 
 Two checks in the default tier:
 
@@ -15,11 +17,16 @@ Two checks in the default tier:
 In the full tier the session's smoke run has every variant, and tests/test_notebooks.py, tests/test_notebook_parameters_jax_keras.py and
 tests/test_onnx.py hold ``jax+hoist`` to what they hold every variant to."""
 
+import types
+
 import numpy as np
 import pytest
 
+from common import compile_cache
+from runner.run.targets import ALL_TARGETS
 from tests.conftest import (FIRST_LOSS_RTOL, K_STEPS, env_interpreter, full_tier, harness_result, ok_record as ok,
                             selected_targets, smoke_run, variant_rtol)
+from tests.notebook_cells import Touched, settings_until_framework
 
 pytestmark = pytest.mark.skipif("jax" not in selected_targets(), reason="jax is not among DS2_TEST_FRAMEWORKS")
 
@@ -156,3 +163,28 @@ def test_hoist_moves_the_input_products_out_of_the_loop_and_computes_the_same(sm
     assert hoist["input_dots_in_loops"] == 0 and hoist["input_dots_outside"] >= 3, hoist
     # the names the profile adds up (notebook section 4) reach the compiled program in both
     assert row["scopes"] == hoist["scopes"] == ["batchnorm", "rnn", "rnn_input", "rnn_recurrence"], (row, hoist)
+
+
+# ---- graphs: the scans' loops in XLA's command buffers, on a CUDA GPU only ----------------------------------------
+GPU = dict(nvidia_smi_gpus=lambda: [{"name": "NVIDIA H100 80GB HBM3"}], preset="quick",
+           jaxlib=types.SimpleNamespace(__version__="0.0.0"))       # a jaxlib without autotuning results here
+
+
+def test_graphs_sets_the_loop_graphs_flag_before_jax_starts_on_a_gpu():
+    """Section 2 adds the flag to XLA_FLAGS before the first question to JAX (where the cell reaches the framework);
+    the row of record on the same GPU has no such flag."""
+    environ, stop = settings_until_framework("JAX_Flax_DS2.ipynb", variant="graphs", **GPU)
+    assert isinstance(stop, Touched) and "jax" in str(stop), repr(stop)
+    assert compile_cache.LOOP_GRAPHS_FLAG in environ["XLA_FLAGS"].split()
+    environ, stop = settings_until_framework("JAX_Flax_DS2.ipynb", variant="", **GPU)
+    assert isinstance(stop, Touched) and compile_cache.COMMAND_BUFFER_FLAG not in environ.get("XLA_FLAGS", "")
+
+
+@pytest.mark.parametrize("given", [dict(device="cpu"), dict(device="auto", nvidia_smi_gpus=lambda: [])],
+                         ids=["device-cpu", "no-gpu"])
+def test_graphs_is_refused_without_a_gpu_in_one_line_before_jax_starts(given):
+    environ, stop = settings_until_framework("JAX_Flax_DS2.ipynb", variant="graphs", **given)
+    assert isinstance(stop, ValueError) and "\n" not in str(stop), repr(stop)
+    assert "needs a CUDA GPU" in str(stop) and "command buffers" in str(stop) and environ == {}
+    why = ALL_TARGETS["jax+graphs"].cpu_precision_reason("fp32")          # run_all.py lists the row as not run
+    assert why == ALL_TARGETS["jax+graphs"].gpu_only and "CUDA GPU" in why and "command buffers" in why

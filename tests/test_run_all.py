@@ -218,13 +218,14 @@ def planned_runs(monkeypatch, tmp_path):
 
 def test_runs_loop_over_targets_precisions_and_batch_sizes(planned_runs, capsys):
     runs = planned_runs("--frameworks", "pytorch,jax", "--variants", "--batch-size", "8,32", "--preset", "smoke")
-    names = ["pytorch", "jax", "pytorch+compile", "pytorch+graphs", "pytorch+bidir2", "jax+unroll", "jax+hoist"]
+    names = ["pytorch", "jax", "pytorch+compile", "pytorch+graphs", "pytorch+bidir2", "jax+unroll", "jax+hoist",
+             "jax+graphs"]
     assert [(t.name, o.precision, o.preset.batch_size) for t, o in runs] == [
         (name, "fp32", batch) for name in names for batch in (8, 32)]
     assert all(o.preset.name == "smoke" and o.preset.scale == 1 and not o.profile for _, o in runs)
     out = capsys.readouterr().out
-    assert "Running 14 notebook(s) on cpu, preset smoke (batch size 8,32, scale 1)" in out
-    assert "[2/14] pytorch, fp32, batch 32" in out
+    assert "Running 16 notebook(s) on cpu, preset smoke (batch size 8,32, scale 1)" in out
+    assert "[2/16] pytorch, fp32, batch 32" in out
 
 
 def test_profile_reaches_the_notebook_parameters(planned_runs, tmp_path):

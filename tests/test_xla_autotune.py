@@ -1,7 +1,6 @@
 """XLA:GPU's autotuning results kept per card and jaxlib (common/xla_autotune.py): the flags the JAX and Keras-on-JAX
 notebooks set before JAX starts, the text format's entries and their merge, the committed files, the notebooks'
 settings cells on a (faked) GPU, a device session's row that writes them and tools/import_session.py merging them."""
-import ast
 import glob
 import importlib.metadata
 import io
@@ -14,10 +13,10 @@ import types
 
 import pytest
 
-from common import compile_cache, xla_autotune
+from common import xla_autotune
 from common.envinfo import device_slug
 from tests.conftest import ROOT
-from tests.notebook_cells import Namespace, Touched, settings_names, tagged_source
+from tests.notebook_cells import Touched, settings_until_framework, tagged_source
 
 CARD = "NVIDIA H100 80GB HBM3"
 #: XLA's current format (jaxlib 0.11): entries keyed by device, fusion and code generator
@@ -146,21 +145,9 @@ def test_the_record_says_which_file_was_read_relative_to_the_checkout_and_what_t
 
 # ---- the notebooks' settings cells on a faked GPU ----------------------------------------------------------------
 def settings(notebook, **overrides):
-    """The settings cell (the JAX notebook's first: its second turns the cache on) with the notebook's parameters, its
-    imports left out and a plain dict for ``os.environ``, up to the framework (tests/notebook_cells.py's
-    :class:`Touched`); the variables it set."""
-    with open(os.path.join(ROOT, "notebooks", notebook)) as f:
-        cells = [c for c in json.load(f)["cells"] if "rosetta:settings" in c["metadata"].get("tags", [])]
-    tree = ast.parse("".join(cells[0]["source"]))
-    tree.body = [node for node in tree.body if not isinstance(node, (ast.Import, ast.ImportFrom))]
-    params = {node.targets[0].id: ast.literal_eval(node.value)
-              for node in ast.parse(tagged_source(notebook, "parameters")).body if isinstance(node, ast.Assign)}
-    environ = {}
-    given = dict(params, **settings_names())
-    given.update(compile_cache=compile_cache, xla_autotune=xla_autotune, os=types.SimpleNamespace(environ=environ),
-                 **overrides)
-    with pytest.raises(Touched):
-        exec(compile(tree, notebook, "exec"), {}, Namespace(given))
+    """The settings cell up to the framework (tests/notebook_cells.py); the variables it set."""
+    environ, stop = settings_until_framework(notebook, **overrides)
+    assert isinstance(stop, Touched), repr(stop)
     return environ
 
 

@@ -73,13 +73,13 @@ from runner.run.targets import ALL_TARGETS  # noqa: E402
 
 PROG = "gpu_session.py"
 #: the rows worth a lent GPU, in order of value (TensorFlow, MXNet and CNTK cannot run on its image): after JAX's
-#: fp32 row, its variant that moves the input products out of the recurrence (the lever for JAX's speed on a GPU:
-#: on the CPU one full-width layer's step took a third of the time); last, the variant that runs a layer's two
+#: fp32 row, its two variants that aim at its speed on a GPU (the input products out of the recurrence: on the CPU
+#: one full-width layer's step took a third of the time; the scans' loops in CUDA graphs); last, the variant that runs a layer's two
 #: directions as one recurrence, at the precisions where cuDNN runs them one after the other (the H100's and H200's
 #: latency figures): short rows that fill what the others leave.  The first JAX row of record is run twice
 #: (:func:`with_repeat`)
-DEFAULT_ROWS = ("pytorch:fp32,pytorch:tf32,pytorch:bf16,jax:fp32,jax+hoist:fp32,jax:tf32,jax:bf16,keras-jax:fp32,"
-                "keras-jax:tf32,keras-jax:bf16,keras-torch:fp32,pytorch+bidir2:tf32,pytorch+bidir2:bf16")
+DEFAULT_ROWS = ("pytorch:fp32,pytorch:tf32,pytorch:bf16,jax:fp32,jax+hoist:fp32,jax+graphs:fp32,jax:tf32,jax:bf16,"
+                "keras-jax:fp32,keras-jax:tf32,keras-jax:bf16,keras-torch:fp32,pytorch+bidir2:tf32,pytorch+bidir2:bf16")
 #: what a device session leaves out of every notebook (run_all.py --skip): nothing the GPU adds to
 SKIP = "export,onnx,forward"
 #: seconds of the deadline kept for the end: a killed row's grace, the last append, the clocks after the rows
@@ -103,6 +103,7 @@ DEFAULT_WALL_S = {
         # record (2026-11-27, every shape compiled ahead of time on 16 threads) says 319 s
         "jax": 340,
         "jax+hoist": 340,       # no GPU record: the row of record's programs with the input products out of the scan
+        "jax+graphs": 340,      # no GPU record: the row of record's programs, the loops in command buffers
         "keras-jax": 340,       # no GPU record: XLA compiles the same 15 shapes (on a CPU its warm-up is jax's)
         "keras-torch": 400,     # no GPU record: eager, SimpleRNN a Python loop over the steps; the longest guess
         "pytorch": 120,         # its H200 records: 94 s with the export, ONNX and forward timing, 48-70 s without

@@ -114,6 +114,7 @@ _VARIANTS = [
     ("mxnet+static", "mxnet", "MXNet (Gluon, static_shape)", "static"),
     ("jax+unroll", "jax", "JAX (Flax NNX, unrolled scan)", "unroll"),
     ("jax+hoist", "jax", "JAX (Flax NNX, input projection hoisted out of the scan)", "hoist"),
+    ("jax+graphs", "jax", "JAX (Flax NNX, scan loops in CUDA graphs)", "graphs"),
     ("keras-tensorflow+xla", "keras-tensorflow", "Keras 3 (TensorFlow backend, XLA)", "xla"),
 ]
 
@@ -122,6 +123,8 @@ _VARIANTS = [
 _GPU_ONLY = {
     "pytorch+graphs": "variant graphs needs a CUDA GPU: it replays the training step from CUDA graphs "
                       "(torch.cuda.CUDAGraph), which a CPU does not have",
+    "jax+graphs": "variant graphs needs a CUDA GPU: XLA records the scans' loops into CUDA graphs (its command "
+                  "buffers), which a CPU does not have",
 }
 
 
