@@ -74,10 +74,10 @@ from runner.run.targets import ALL_TARGETS  # noqa: E402
 PROG = "gpu_session.py"
 #: the rows worth a lent GPU, in order of value (TensorFlow, MXNet and CNTK cannot run on its image): after JAX's
 #: fp32 row, its two variants that aim at its speed on a GPU (the input products out of the recurrence: on the CPU
-#: one full-width layer's step took a third of the time; the scans' loops in CUDA graphs); last, the variant that runs a layer's two
-#: directions as one recurrence, at the precisions where cuDNN runs them one after the other (the H100's and H200's
-#: latency figures): short rows that fill what the others leave.  The first JAX row of record is run twice
-#: (:func:`with_repeat`)
+#: one full-width layer's step took a third of the time; the scans' loops in CUDA graphs); last, the variant that
+#: runs a layer's two directions as one recurrence, at the precisions where cuDNN runs them one after the other (the
+#: H100's and H200's latency figures): short rows that fill what the others leave.  The first JAX row of record is
+#: run twice (:func:`with_repeat`)
 DEFAULT_ROWS = ("pytorch:fp32,pytorch:tf32,pytorch:bf16,jax:fp32,jax+hoist:fp32,jax+graphs:fp32,jax:tf32,jax:bf16,"
                 "keras-jax:fp32,keras-jax:tf32,keras-jax:bf16,keras-torch:fp32,pytorch+bidir2:tf32,pytorch+bidir2:bf16")
 #: what a device session leaves out of every notebook (run_all.py --skip): nothing the GPU adds to
