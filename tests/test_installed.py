@@ -22,7 +22,7 @@ from runner.envs import use_installed
 from runner.envs import bootstrap
 from runner.envs.bootstrap import env_python
 from runner.envs.definitions import ENVS
-from tests.conftest import ROOT, RunAll
+from tests.conftest import ROOT, RunAll, selected_targets
 
 NO_REGISTRY = {"PIP_NO_INDEX": "1", "PIP_INDEX_URL": "http://127.0.0.1:9/simple", "PIP_FIND_LINKS": "",
                "PIP_EXTRA_INDEX_URL": "", "PIP_CONFIG_FILE": os.devnull, "HTTP_PROXY": "http://127.0.0.1:9",
@@ -90,6 +90,7 @@ def test_a_preinstalled_interpreter_runs_its_row_with_no_registry(smoke, tmp_pat
 
 
 @pytest.mark.full     # installs PyTorch's oldest supported release (its CUDA build from PyPI: about 7 GB)
+@pytest.mark.skipif("pytorch" not in selected_targets(), reason="pytorch is not among DS2_TEST_FRAMEWORKS")
 def test_the_oldest_supported_pytorch_runs_its_row(smoke, tmp_path):
     """``installed.OLDEST["torch"]`` is not a hope: a venv with that release (and the other pins) runs the
     pytorch row through --use-installed, passes every check, and starts where the pinned row starts."""
