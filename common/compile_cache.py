@@ -12,7 +12,8 @@ loads it instead of compiling it again: the same notebook run again, or another 
 * :class:`JaxCompileCounter` -- ``jax.monitoring`` listeners that count the programs XLA builds (``compiles``,
   ``compile_s``; a program loaded from the cache counts as one, with the seconds its load took) and the cache's
   ``cache_hits`` and ``cache_misses``.
-* :func:`loop_graphs_xla_flags` -- ``XLA_FLAGS`` with the scans' loops in XLA:GPU's command buffers.
+* :func:`loop_graphs_xla_flags` -- ``XLA_FLAGS`` with the scans' loops in XLA:GPU's command buffers;
+  :func:`has_flag` -- whether a flags string names a flag.
 * :func:`tf_xla_flags` -- ``TF_XLA_FLAGS`` with TensorFlow's persistent XLA cache
   (``--tf_xla_persistent_cache_directory``); :func:`cache_files` counts what it holds.
 
@@ -133,12 +134,17 @@ def fast_compile_xla_flags(flags: Optional[str]) -> str:
     return (flags.strip() + " " + FAST_COMPILE_FLAG).strip()
 
 
+def has_flag(flags: Optional[str], name: str) -> bool:
+    """Whether the flags string ``flags`` (``XLA_FLAGS``: whitespace-separated ``--name=value``) names ``name``."""
+    return any(f.partition("=")[0] == name for f in (flags or "").split())
+
+
 def loop_graphs_xla_flags(flags: Optional[str]) -> str:
     """``XLA_FLAGS`` (``flags``, may be empty or None) with :data:`LOOP_GRAPHS_FLAG` added; a ``ValueError`` (one
     line) where ``flags`` already names the command buffers' contents: the variant would not be what it says.  XLA
     reads the variable once, when JAX starts its backend."""
     flags = (flags or "").strip()
-    if any(f.partition("=")[0] == COMMAND_BUFFER_FLAG for f in flags.split()):
+    if has_flag(flags, COMMAND_BUFFER_FLAG):
         raise ValueError("variant 'graphs' sets %s, which XLA_FLAGS names already (%s): leave it out of XLA_FLAGS"
                          % (LOOP_GRAPHS_FLAG, flags))
     return (flags + " " + LOOP_GRAPHS_FLAG).strip()

@@ -24,6 +24,7 @@ import os
 import re
 from typing import Dict, Iterable, List, Optional, Tuple
 
+from common.compile_cache import has_flag
 from common.envinfo import device_slug     # a card's name as the records' file names spell it
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -46,10 +47,6 @@ def results_file(jaxlib_version: str, card: str, directory: str = RESULTS_DIR) -
     return os.path.join(directory, "jax-" + jaxlib_version, device_slug(card) + SUFFIX)
 
 
-def _has_flag(flags: str, name: str) -> bool:
-    return any(f.partition("=")[0] == name for f in flags.split())
-
-
 def xla_flags(flags: Optional[str], card: str, jaxlib_version: str, tag: str, environ=None,
               directory: Optional[str] = None) -> Tuple[str, Dict[str, object]]:
     """``XLA_FLAGS`` (``flags``, may be empty or None) with the load and dump flags added, and what was chosen.
@@ -69,7 +66,7 @@ def xla_flags(flags: Optional[str], card: str, jaxlib_version: str, tag: str, en
                      % RESULTS_ENV)
     directory = directory or environ.get(RESULTS_ENV) or RESULTS_DIR
     path = results_file(jaxlib_version, card, directory)
-    if _has_flag(flags, LOAD_FLAG):
+    if has_flag(flags, LOAD_FLAG):
         notes.append("XLA_FLAGS already names a file to load: kept")
     elif not os.path.isfile(path):
         notes.append("no results for this card and jaxlib in %s" % _shown(os.path.dirname(path)))
@@ -80,7 +77,7 @@ def xla_flags(flags: Optional[str], card: str, jaxlib_version: str, tag: str, en
         flags = (flags + " %s=%s" % (LOAD_FLAG, path)).strip()
         info["loaded"] = path
     dump_dir = environ.get(DUMP_ENV)
-    if dump_dir and _has_flag(flags, DUMP_FLAG):
+    if dump_dir and has_flag(flags, DUMP_FLAG):
         notes.append("XLA_FLAGS already names a file to write: kept")
     elif dump_dir:
         target = os.path.join(os.path.abspath(dump_dir), "jax-" + jaxlib_version,
