@@ -16,8 +16,9 @@ generator's version, so a file serves one kind of card and one jaxlib, and entri
 * :func:`entries`, :func:`merge`, :func:`count` -- the text format's top-level entries, several files made one
   without duplicate keys (XLA refuses a file that holds a key twice), and their number; a file that is not whole
   (unbalanced braces, an unterminated string) is a ``ValueError``.
-* :func:`card_file_of`, :func:`merge_file` -- the card's file a run's results belong to, and a card's file merged
-  with runs' results (``tools/import_session.py``, ``tools/gpu_session.py``).
+* :func:`card_file_of`, :func:`merge_file`, :func:`merge_into` -- the card's file a run's results belong to, a
+  card's file merged with runs' results, and runs' results merged into their cards' files under a directory
+  (``tools/import_session.py``, ``tools/gpu_session.py``).
 """
 import collections
 import os
@@ -25,6 +26,7 @@ import re
 from typing import Dict, Iterable, List, Optional, Tuple
 
 from common.compile_cache import has_flag
+from common.results import atomic_write_text
 from common.envinfo import device_slug     # a card's name as the records' file names spell it
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -239,3 +241,25 @@ def merge_file(path: str, members: List[Tuple[str, str]]) -> Tuple[Optional[str]
         return merge(texts), left_out
     except ValueError as e:
         return None, left_out + ["%s: %s" % (", ".join(n for n, _ in members), e)]
+
+
+def merge_into(directory: str, members: List[Tuple[str, str]]) -> Tuple[List[str], List[str]]:
+    """Runs' results ((name, text) each, the name as under a dump directory: ``jax-<jaxlib>/<card>.<tag>
+    .textproto``; any other name is passed over) merged into their cards' files under ``directory``
+    (:func:`card_file_of`, :func:`merge_file`), each written whole: (the files written, what was left out and
+    why)."""
+    by_file = collections.OrderedDict()
+    for name, text in members:
+        card_file = card_file_of(name)
+        if card_file:
+            by_file.setdefault(card_file, []).append((name, text))
+    written, left_out = [], []
+    for card_file, group in sorted(by_file.items()):
+        path = os.path.join(directory, *card_file.split("/"))
+        text, skipped = merge_file(path, group)
+        left_out += skipped
+        if text is not None:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            atomic_write_text(path, text)
+            written.append(path)
+    return written, left_out

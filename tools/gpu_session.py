@@ -64,8 +64,7 @@ from typing import Dict, List, Optional, Tuple
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from common import envinfo, xla_autotune  # noqa: E402  (standard library only, as are the three below)
-from common.results import atomic_write_text  # noqa: E402
+from common import envinfo, xla_autotune  # noqa: E402  (standard library only, as are the two below)
 from common.spec import PRECISIONS, PRESETS, get_preset  # noqa: E402
 from runner.dp import host_agent  # noqa: E402
 from runner import validate  # noqa: E402
@@ -442,24 +441,16 @@ def session_autotune(card: str, scratch: str, directory: str = xla_autotune.RESU
 
 def merge_dumps(dumps: List[Tuple[str, str]], copy: str) -> List[str]:
     """A row's autotuning results ((path, jax-<jaxlib>/<card>.<tag>.textproto) each) merged into the session's copy
-    (:func:`session_autotune`) for the rows after it; a line per card file: what it holds now, or what was left
-    out and why."""
-    by_file = {}
+    (:func:`session_autotune`) for the rows after it (:func:`xla_autotune.merge_into`); a line per card file
+    written (what it holds now) and per result left out (why)."""
+    members = []
     for path, name in dumps:
-        card_file = xla_autotune.card_file_of(name)
-        if card_file:
-            with open(path, errors="replace") as f:
-                by_file.setdefault(card_file, []).append((name, f.read()))
-    lines = []
-    for card_file, members in sorted(by_file.items()):
-        target = os.path.join(copy, *card_file.split("/"))
-        text, left_out = xla_autotune.merge_file(target, members)
-        if text is not None:
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            atomic_write_text(target, text)
-            lines.append("%s: %d entries for the rows after this one" % (card_file, xla_autotune.count(text)))
-        lines += ["%s: left out: %s" % (card_file, why) for why in left_out]
-    return lines
+        with open(path, errors="replace") as f:
+            members.append((name, f.read()))
+    written, left_out = xla_autotune.merge_into(copy, members)
+    return (["%s: %d entries for the rows after this one" % (os.path.relpath(p, copy).replace(os.sep, "/"),
+                                                              xla_autotune.count_file(p)) for p in written]
+            + ["left out: %s" % why for why in left_out])
 
 
 def run_row(args, target: str, precision: str, out: Out, clock: Deadline, env: Dict[str, str], scratch: str,

@@ -46,12 +46,11 @@ class Refused(Exception):
     pass
 
 
-def read_session(tar_path: str) -> Tuple[Dict[str, dict], Dict[str, bytes], List[dict],
-                                        Dict[str, List[Tuple[str, str]]]]:
-    """(record name -> record, notebook name -> bytes, latency reports, jax-<jaxlib>/<card>.textproto -> the
-    autotuning results for that card's file, (member, text) each) from the tarball; :class:`Refused` for anything
-    :func:`main`'s docstring names as bad input."""
-    records, notebooks, latency, autotune = {}, {}, [], {}
+def read_session(tar_path: str) -> Tuple[Dict[str, dict], Dict[str, bytes], List[dict], List[Tuple[str, str]]]:
+    """(record name -> record, notebook name -> bytes, latency reports, the autotuning results as (their path under
+    ``autotune/``, text) each) from the tarball; :class:`Refused` for anything :func:`main`'s docstring names as bad
+    input."""
+    records, notebooks, latency, autotune = {}, {}, [], []
     try:
         tar = tarfile.open(tar_path, "r")
     except (OSError, tarfile.TarError) as e:
@@ -73,7 +72,7 @@ def read_session(tar_path: str) -> Tuple[Dict[str, dict], Dict[str, bytes], List
                 notebooks[name] = data
                 continue
             if folder == "autotune":
-                autotune.setdefault(tuned, []).append((member.name, data.decode("utf-8", "replace")))
+                autotune.append(("/".join(parts[1:]), data.decode("utf-8", "replace")))
                 continue
             try:
                 doc = json.loads(data.decode("utf-8"))
@@ -100,7 +99,7 @@ def import_session(tar_path: str, results_dir: str) -> Tuple[List[str], List[str
     (the paths written, the autotuning results left out and why)."""
     records, notebooks, latency, autotune = read_session(tar_path)
     results_dir = os.path.abspath(results_dir)
-    written, left_out = [], []
+    written = []
     for name, data in sorted(notebooks.items()):
         path = os.path.join(results_dir, "notebooks", name)
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -122,14 +121,8 @@ def import_session(tar_path: str, results_dir: str) -> Tuple[List[str], List[str
         os.makedirs(os.path.dirname(path), exist_ok=True)
         atomic_write_text(path, json.dumps(report, indent=1) + "\n")
         written.append(path)
-    for card_file, members in sorted(autotune.items()):
-        path = os.path.join(results_dir, "autotune", *card_file.split("/"))
-        text, skipped = xla_autotune.merge_file(path, members)
-        left_out += skipped
-        if text is not None:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            atomic_write_text(path, text)
-            written.append(path)
+    paths, left_out = xla_autotune.merge_into(os.path.join(results_dir, "autotune"), autotune)
+    written += paths
     return written, left_out
 
 
