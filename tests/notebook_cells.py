@@ -53,6 +53,12 @@ def tagged_source(notebook, tag):
     return "".join(cells[0]["source"])
 
 
+def parameters(notebook):
+    """The values of ``notebooks/<notebook>``'s tagged ``parameters`` cell, by name."""
+    return {t.id: ast.literal_eval(node.value) for node in ast.parse(tagged_source(notebook, "parameters")).body
+            if isinstance(node, ast.Assign) for t in node.targets}
+
+
 def run_cell(notebook, tag, whole=False, **given):
     """Run the cell tagged ``tag`` with the names ``given``; its namespace afterwards.  ``whole``: every statement,
     definitions and imports included (a settings cell, whose checks come before its framework loads); else section
@@ -166,10 +172,8 @@ def settings_until_framework(notebook, **overrides):
         cells = [c for c in json.load(f)["cells"] if "rosetta:settings" in c["metadata"].get("tags", [])]
     tree = ast.parse("".join(cells[0]["source"]))
     tree.body = [node for node in tree.body if not isinstance(node, (ast.Import, ast.ImportFrom))]
-    params = {node.targets[0].id: ast.literal_eval(node.value)
-              for node in ast.parse(tagged_source(notebook, "parameters")).body if isinstance(node, ast.Assign)}
     environ = {}
-    given = dict(params, **settings_names())
+    given = dict(parameters(notebook), **settings_names())
     given.update(compile_cache=compile_cache, xla_autotune=xla_autotune, os=types.SimpleNamespace(environ=environ),
                  **overrides)
     try:

@@ -3,18 +3,14 @@
 The record tests run for the selected targets (tests/conftest.py: every row of record and variant, or
 those of ``DS2_TEST_FRAMEWORKS``, e.g. ``DS2_TEST_FRAMEWORKS=jax python -m tests -k notebook_parameters_jax_keras``).
 """
-import ast
-import json
-import os
-
 import numpy as np
 import pytest
 
 from common.envinfo import gpus
 from common.spec import get_preset
 from tests.conftest import K_STEPS, full_targets, ok_record as ok, selected_targets, variant_rtol
+from tests.notebook_cells import parameters
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMOKE = get_preset("smoke")
 NAMES = selected_targets()
 
@@ -24,15 +20,6 @@ VARIANTS = {
     "jax+hoist": ("jax", {"variant": "hoist", "scan_unroll": 1}),
     "keras-tensorflow+xla": ("keras-tensorflow", {"variant": "xla", "jit_compile": True}),
 }
-
-
-def parameters(name):
-    with open(os.path.join(ROOT, "notebooks", name)) as f:
-        nb = json.load(f)
-    cell = [c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", [])][0]
-    src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-    return {t.id: ast.literal_eval(node.value) for node in ast.parse(src).body if isinstance(node, ast.Assign)
-            for t in node.targets}
 
 
 @pytest.mark.parametrize("name", ["JAX_Flax_DS2.ipynb", "Keras3_DS2.ipynb"])

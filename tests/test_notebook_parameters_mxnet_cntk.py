@@ -16,6 +16,7 @@ import pytest
 from common.spec import LOSS_RTOL
 from runner.run import targets
 from tests.conftest import FIRST_LOSS_RTOL, K_STEPS, ROOT, ok_record, selected_targets, smoke_run, variant_rtol
+from tests import notebook_cells
 from tests.notebook_cells import (BAD_SKIPS, EVERY_PART, SKIPS, assert_declared_as_in_pytorch, assert_every_part_skipped,
                                   assert_skipped_parts, run_cell, settings_names)
 
@@ -35,9 +36,7 @@ def cell(nb, tag):
 
 
 def parameters(name):
-    tree = ast.parse(cell(notebook(name), "parameters"))
-    return {t.id: ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.Assign)
-            for t in node.targets}
+    return notebook_cells.parameters(NOTEBOOKS[name])
 
 
 @pytest.mark.parametrize("name", sorted(NOTEBOOKS))

@@ -8,25 +8,19 @@ is a plain dict: a refusal raises ``ValueError`` having touched nothing and set 
 ``workers=1`` (and the row of record, or Keras on JAX, with ``workers=2``) passes every check and goes on to the
 framework, which is not here (:class:`~tests.notebook_cells.Touched`).  The whole runs, a failed record with the
 same line (tests/test_dp_equivalence_tensorflow.py, tests/test_dp_equivalence_keras.py), are in ``--full``."""
-import ast
 import types
 
 import pytest
 
 from common import compile_cache, envinfo
 from runner.dp.launchers import LAUNCHERS, TARGET_LAUNCHERS
-from tests.notebook_cells import Touched, run_cell, settings_names, tagged_source
+from tests.notebook_cells import Touched, parameters, run_cell, settings_names
 
 TF, KERAS = "TensorFlow_DS2.ipynb", "Keras3_DS2.ipynb"
 #: every variable by which common.parallel.world_from_env finds a launcher
 LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "DS2_PROCESS_ID", "DS2_NUM_PROCESSES", "DS2_LOCAL_RANK",
                     "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK",
                     "PMI_SIZE", "MPI_LOCALRANKID", "TF_CONFIG")
-
-
-def parameters(notebook):
-    return {t.id: ast.literal_eval(node.value) for node in ast.parse(tagged_source(notebook, "parameters")).body
-            if isinstance(node, ast.Assign) for t in node.targets}
 
 
 @pytest.fixture
