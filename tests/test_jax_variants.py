@@ -1,21 +1,22 @@
 """The JAX notebook's variant ``hoist`` (row ``jax+hoist``): the bd layers' input projection x_t W + b of every time
-step as one matrix product before the scan, the scan left with h U. Same model code, parameters and loss as the row
-of record (section 4 of notebooks/JAX_Flax_DS2.ipynb).  And its variant ``graphs`` (row ``jax+graphs``, a CUDA GPU
+step as one matrix product before the scan, the scan left with h U. Its variant ``bidir2`` (row ``jax+bidir2``): the
+same hoisting, then both directions in one scan, their h U one batched product per step. Same model code, parameters
+and loss as the row of record (section 4 of notebooks/JAX_Flax_DS2.ipynb).  And its variant ``graphs`` (row ``jax+graphs``, a CUDA GPU
 only): section 2's settings cell, which adds the flag that puts the scans' loops in XLA's command buffers before
 JAX starts, and refuses the variant without a GPU, run here without JAX (tests/notebook_cells.py).
 
 Two checks in the default tier:
 
 - the notebook's own cells (model, variant, names) in the JAX environment on the smoke model, without running the
-  notebook: both variants' models have the same state (names and shapes); bd1's forward and backward give the same
+  notebook: the three models have the same state (names and shapes); bd1's forward and backward give the same
   value and gradients, and their compiled program says where the input products are -- inside the scan's ``while``
-  bodies in the row of record (XLA does not hoist them by itself), outside them in ``hoist``;
-- a smoke run of ``jax+hoist`` (the forward timing and the exports skipped: the full tier runs the whole notebook)
-  against the session's smoke run of ``jax``: the first-loss check, the first 10 losses within
-  ``variant_rtol("jax+hoist")``, every shape compiled ahead of time in the warm-up and nothing in the timed pass.
+  bodies in the row of record (XLA does not hoist them by itself), outside them in ``hoist`` and ``bidir2`` -- and
+  how many loops there are: ``bidir2`` has half the row of record's (one scan per layer, forward and gradient).
 
-In the full tier the session's smoke run has every variant, and tests/test_notebooks.py, tests/test_notebook_parameters_jax_keras.py and
-tests/test_onnx.py hold ``jax+hoist`` to what they hold every variant to."""
+In the full tier, a smoke run of each (the session's smoke run, which has every variant) against the row of record's:
+the first-loss check, the first 10 losses within ``variant_rtol``, every shape compiled ahead of time in the warm-up
+and nothing in the timed pass; tests/test_notebooks.py, tests/test_notebook_parameters_jax_keras.py and
+tests/test_onnx.py hold both to what they hold every variant to."""
 
 import types
 
@@ -24,45 +25,39 @@ import pytest
 
 from common import compile_cache
 from runner.run.targets import ALL_TARGETS
-from tests.conftest import (FIRST_LOSS_RTOL, K_STEPS, env_interpreter, full_tier, harness_result, ok_record as ok,
-                            selected_targets, smoke_run, variant_rtol)
+from tests.conftest import (FIRST_LOSS_RTOL, K_STEPS, env_interpreter, harness_result, ok_record as ok,
+                            selected_targets, variant_rtol)
 from tests.notebook_cells import Touched, settings_until_framework
 
 pytestmark = pytest.mark.skipif("jax" not in selected_targets(), reason="jax is not among DS2_TEST_FRAMEWORKS")
 
 NOTEBOOK = "notebooks/JAX_Flax_DS2.ipynb"
-TARGET = "jax+hoist"
-
-
-@pytest.fixture(scope="module")
-def hoist_run(request, tmp_path_factory):
-    """jax+hoist on smoke: in the full tier the session's smoke run (every variant, the whole notebook), else a run
-    of this variant alone without the forward timing and the exports (what it adds to the default tier: data,
-    first-loss check, warm-up, timed epoch, record)."""
-    if full_tier():
-        return request.getfixturevalue("smoke")
-    return smoke_run(tmp_path_factory, "smoke_jax_hoist", [TARGET], "--skip", "forward,export,onnx")
-
-
 def first_losses(rec):
     return np.array((rec["losses"]["warmup"] + rec["losses"]["train"])[:K_STEPS])
 
 
-@pytest.mark.full     # as every variant's run: the default tier checks the hoisted layer cell by cell (below)
-def test_hoist_trains_like_the_row_of_record(hoist_run, smoke):
-    rec, row = ok(hoist_run, TARGET), ok(smoke, "jax")
-    assert rec["row_of_record"] == "jax" and "hoisted" in rec["variant"], rec["variant"]
+#: what each variant's record says of the recurrence: (a word of its description, its directions' option)
+SAYS = {"jax+hoist": ("hoisted", "two scans"), "jax+bidir2": ("one scan", "one scan")}
+
+
+@pytest.mark.full     # as every variant's run: the default tier checks the layers cell by cell (below)
+@pytest.mark.parametrize("target", sorted(SAYS))
+def test_hoisted_variants_train_like_the_row_of_record(smoke, target):
+    rec, row = ok(smoke, target), ok(smoke, "jax")
+    word, directions = SAYS[target]
+    assert rec["row_of_record"] == "jax" and word in rec["variant"], rec["variant"]
     options = rec["options"]
-    assert options["variant"] == "hoist" and options["scan_unroll"] == 1, options
-    assert options["input_projection"].startswith("hoisted"), options
+    assert options["variant"] == target.split("+")[1] and options["scan_unroll"] == 1, options
+    assert options["input_projection"].startswith("hoisted") and options["directions"].startswith(directions), options
     assert row["options"]["input_projection"].startswith("in the scan"), row["options"]
+    assert row["options"]["directions"].startswith("two scans"), row["options"]
     assert rec["checks"]["loss"]["ok"] and rec["checks"]["loss"]["rel_diff"] <= FIRST_LOSS_RTOL, rec["checks"]["loss"]
     assert rec["checks"]["loss"]["framework"] == pytest.approx(row["checks"]["loss"]["framework"],
-                                                               rel=variant_rtol(TARGET))
+                                                               rel=variant_rtol(target))
     mine, theirs = first_losses(rec), first_losses(row)
     assert len(mine) == len(theirs) == K_STEPS and len(set(theirs.round(3))) > 5
     rel = np.abs(mine - theirs) / np.abs(theirs)
-    assert rel.max() <= variant_rtol(TARGET), (rel.max(), mine.tolist(), theirs.tolist())
+    assert rel.max() <= variant_rtol(target), (rel.max(), mine.tolist(), theirs.tolist())
     assert rec["data"]["checksum"] == row["data"]["checksum"]
     xla = options["xla_compilations"]                    # the ahead-of-time warm-up works for the variant too
     assert xla["warmup"] == row["options"]["xla_compilations"]["warmup"] > 0 and xla["epoch"] == 0, xla
@@ -90,7 +85,7 @@ g = {"jax": jax, "jnp": jnp, "nnx": nnx, "operator": operator, "cfg": cfg,
      "compute_dtype": jnp.float32, "seed": 0, "variant": "", "scan_unroll": 1}
 for source in [c["source"] for c in cells if "rosetta:model" in c["metadata"].get("tags", [])]:   # section 4
     exec("".join(source), g)
-assert {"BatchRNN", "HoistedBidirectional", "build_model"} <= set(g), sorted(g)
+assert {"BatchRNN", "HoistedBidirectional", "BatchedBidirectional", "build_model"} <= set(g), sorted(g)
 x = jax.random.normal(jax.random.key(0), (8, 25, cfg.rnn_input_width))   # bd1's input: 8 utterances of 1 s
 
 
@@ -129,7 +124,7 @@ def input_products(hlo, width):
 
 
 out = {}
-for variant in ("", "hoist"):
+for variant in ("", "hoist", "bidir2"):
     g["variant"] = variant
     model = g["build_model"](nnx.Rngs(0))
     layer = model.rnns.layers[0]
@@ -140,29 +135,34 @@ for variant in ("", "hoist"):
         "layer": type(layer.rnn).__name__, "loss": float(loss),
         "grads": {".".join(map(str, k)): np.asarray(v[...]).tolist() for k, v in nnx.to_flat_state(grads)},
         "state": sorted("%s %s" % (".".join(map(str, k)), v.shape) for k, v in nnx.to_flat_state(nnx.state(model))),
-        "input_dots_in_loops": len(inside), "input_dots_outside": len(outside),
+        "input_dots_in_loops": len(inside), "input_dots_outside": len(outside), "loops": len(re.findall(r" while\(", hlo)),
         "scopes": sorted(s for s in ("batchnorm", "rnn", "rnn_input", "rnn_recurrence") if "/%s/" % s in hlo
                          or "(%s)" % s in hlo)}
 print("RESULT " + json.dumps(out))
 '''
 
 
-def test_hoist_moves_the_input_products_out_of_the_loop_and_computes_the_same(smoke, tmp_path):
+def test_hoist_and_bidir2_move_the_input_products_out_of_the_loop_and_compute_the_same(smoke, tmp_path):
     out = harness_result(env_interpreter(smoke, "jax"), HARNESS, tmp_path, NOTEBOOK)
-    row, hoist = out["row"], out["hoist"]
-    assert row["layer"] == "Bidirectional" and hoist["layer"] == "HoistedBidirectional"
-    assert row["state"] == hoist["state"] and any(".dense_i.kernel" in s for s in row["state"])
-    assert hoist["loss"] == pytest.approx(row["loss"], rel=1e-6)
-    assert sorted(row["grads"]) == sorted(hoist["grads"])
-    for name in row["grads"]:
-        a, b = np.array(row["grads"][name]), np.array(hoist["grads"][name])
-        assert np.abs(a - b).max() <= 1e-5 * np.abs(a).max() + 1e-12, name
+    row = out["row"]
+    assert row["layer"] == "Bidirectional" and any(".dense_i.kernel" in s for s in row["state"])
+    assert (out["hoist"]["layer"], out["bidir2"]["layer"]) == ("HoistedBidirectional", "BatchedBidirectional")
     # the row of record: XLA leaves bd1's input products (x_t W, and the gradients' products with x_t and W) inside
-    # the scan's loop, one per time step; hoist: none inside, the whole sequence's products before and after it
-    assert row["input_dots_in_loops"] >= 3, row
-    assert hoist["input_dots_in_loops"] == 0 and hoist["input_dots_outside"] >= 3, hoist
-    # the names the profile adds up (notebook section 4) reach the compiled program in both
-    assert row["scopes"] == hoist["scopes"] == ["batchnorm", "rnn", "rnn_input", "rnn_recurrence"], (row, hoist)
+    # the scan's loop, one per time step, and runs a loop per direction forward and another in the gradient
+    assert row["input_dots_in_loops"] >= 3 and row["loops"] == 4, row
+    for variant in ("hoist", "bidir2"):
+        v = out[variant]
+        assert v["state"] == row["state"] and v["loss"] == pytest.approx(row["loss"], rel=1e-6), variant
+        assert sorted(v["grads"]) == sorted(row["grads"])
+        for name in row["grads"]:
+            a, b = np.array(row["grads"][name]), np.array(v["grads"][name])
+            assert np.abs(a - b).max() <= 1e-5 * np.abs(a).max() + 1e-12, (variant, name)
+        # none inside the loops: the whole sequence's products before and after them
+        assert v["input_dots_in_loops"] == 0 and v["input_dots_outside"] >= 3, v
+        # the names the profile adds up (notebook section 4) reach the compiled program in each
+        assert v["scopes"] == row["scopes"] == ["batchnorm", "rnn", "rnn_input", "rnn_recurrence"], (variant, v, row)
+    # hoist keeps a scan per direction; bidir2 runs both directions in one, forward and in the gradient
+    assert out["hoist"]["loops"] == row["loops"] and out["bidir2"]["loops"] == row["loops"] // 2, out
 
 
 # ---- graphs: the scans' loops in XLA's command buffers, on a CUDA GPU only ----------------------------------------

@@ -18,6 +18,7 @@ NAMES = selected_targets()
 VARIANTS = {
     "jax+unroll": ("jax", {"variant": "unroll"}),
     "jax+hoist": ("jax", {"variant": "hoist", "scan_unroll": 1}),
+    "jax+bidir2": ("jax", {"variant": "bidir2", "scan_unroll": 1}),
     "keras-tensorflow+xla": ("keras-tensorflow", {"variant": "xla", "jit_compile": True}),
 }
 

@@ -138,7 +138,7 @@ EXPECTED = {
     "keras-tensorflow": "ok", "keras-tensorflow+xla": "ok",
     "keras-jax": "ok",
     "keras-torch": "at the traced time length 1",      # Keras's torch export fixes every None dimension to 1
-    "jax": "ok", "jax+unroll": "ok", "jax+hoist": "ok",
+    "jax": "ok", "jax+unroll": "ok", "jax+hoist": "ok", "jax+bidir2": "ok",
     "mxnet": "ok", "mxnet+static": "ok",
     "cntk": "ok",
 }

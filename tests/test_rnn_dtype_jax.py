@@ -71,7 +71,7 @@ def test_the_probe_reads_the_rnn_dtype_from_the_program_and_stops_on_a_mismatch(
     assert out["mismatch"] and "float32 operands, not the layers' compute dtype bfloat16" in out["mismatch"], out
 
 
-@pytest.mark.parametrize("target", full_targets(["jax", "jax+unroll", "jax+hoist"]))
+@pytest.mark.parametrize("target", full_targets(["jax", "jax+unroll", "jax+hoist", "jax+bidir2"]))
 def test_fp32_record_says_the_rnn_ran_in_float32(smoke, target):
     options = ok_record(smoke, target, "fp32")["options"]
     assert options["rnn_dtype"] == "float32" and options["compute_dtype"] == "float32", options

@@ -219,13 +219,13 @@ def planned_runs(monkeypatch, tmp_path):
 def test_runs_loop_over_targets_precisions_and_batch_sizes(planned_runs, capsys):
     runs = planned_runs("--frameworks", "pytorch,jax", "--variants", "--batch-size", "8,32", "--preset", "smoke")
     names = ["pytorch", "jax", "pytorch+compile", "pytorch+graphs", "pytorch+bidir2", "jax+unroll", "jax+hoist",
-             "jax+graphs"]
+             "jax+graphs", "jax+bidir2"]
     assert [(t.name, o.precision, o.preset.batch_size) for t, o in runs] == [
         (name, "fp32", batch) for name in names for batch in (8, 32)]
     assert all(o.preset.name == "smoke" and o.preset.scale == 1 and not o.profile for _, o in runs)
     out = capsys.readouterr().out
-    assert "Running 16 notebook(s) on cpu, preset smoke (batch size 8,32, scale 1)" in out
-    assert "[2/16] pytorch, fp32, batch 32" in out
+    assert "Running 18 notebook(s) on cpu, preset smoke (batch size 8,32, scale 1)" in out
+    assert "[2/18] pytorch, fp32, batch 32" in out
 
 
 def test_profile_reaches_the_notebook_parameters(planned_runs, tmp_path):
@@ -392,7 +392,8 @@ def test_which_precisions_run_on_a_cpu():
     # MXNet's oneDNN has no bfloat16 convolution without AVX-512: skipped with the reason, the others run
     avx2 = {name: t.cpu_precision_reason("bf16", {"avx2", "fma"}) for name, t in ALL_TARGETS.items()}
     assert {name for name, why in avx2.items() if why is None} == bf16_on_cpu - {"mxnet"} | {
-        "pytorch+compile", "pytorch+bidir2", "tensorflow+xla", "jax+unroll", "jax+hoist", "keras-tensorflow+xla"}
+        "pytorch+compile", "pytorch+bidir2", "tensorflow+xla", "jax+unroll", "jax+hoist", "jax+bidir2",
+        "keras-tensorflow+xla"}
     for name in ("mxnet", "mxnet+static"):
         assert "avx512_core" in avx2[name] and avx2[name].endswith("this CPU lacks avx512f, avx512bw, avx512vl, avx512dq")
     assert all(t.cpu_precision_reason("fp32") is None for t in TARGETS.values())

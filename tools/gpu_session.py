@@ -72,12 +72,13 @@ from runner.run.targets import ALL_TARGETS  # noqa: E402
 
 PROG = "gpu_session.py"
 #: the rows worth a lent GPU, in order of value (TensorFlow, MXNet and CNTK cannot run on its image): after JAX's
-#: fp32 row, its two variants that aim at its speed on a GPU (the input products out of the recurrence: on the CPU
-#: one full-width layer's step took a third of the time; the scans' loops in CUDA graphs); last, the variant that
+#: fp32 row, its three variants that aim at its speed on a GPU (both directions in one scan, their input products
+#: out of it: the chain of dependent steps halved; the input products out of the recurrence alone: on the CPU one
+#: full-width layer's step took a third of the time; the scans' loops in CUDA graphs); last, the variant that
 #: runs a layer's two directions as one recurrence, at the precisions where cuDNN runs them one after the other (the
 #: H100's and H200's latency figures): short rows that fill what the others leave.  The first JAX row of record is
 #: run twice (:func:`with_repeat`)
-DEFAULT_ROWS = ("pytorch:fp32,pytorch:tf32,pytorch:bf16,jax:fp32,jax+hoist:fp32,jax+graphs:fp32,jax:tf32,jax:bf16,"
+DEFAULT_ROWS = ("pytorch:fp32,pytorch:tf32,pytorch:bf16,jax:fp32,jax+bidir2:fp32,jax+hoist:fp32,jax+graphs:fp32,jax:tf32,jax:bf16,"
                 "keras-jax:fp32,keras-jax:tf32,keras-jax:bf16,keras-torch:fp32,pytorch+bidir2:tf32,pytorch+bidir2:bf16")
 #: what a device session leaves out of every notebook (run_all.py --skip): nothing the GPU adds to
 SKIP = "export,onnx,forward"
@@ -101,6 +102,7 @@ DEFAULT_WALL_S = {
         # timed epoch (warm-up 249 s, 15 XLA compilations one after another 229 s of it; epoch 56 s); its committed
         # record (2026-11-27, every shape compiled ahead of time on 16 threads) says 319 s
         "jax": 340,
+        "jax+bidir2": 340,      # no GPU record: hoist's programs with both directions in one scan
         "jax+hoist": 340,       # no GPU record: the row of record's programs with the input products out of the scan
         "jax+graphs": 340,      # no GPU record: the row of record's programs, the loops in command buffers
         "keras-jax": 340,       # no GPU record: XLA compiles the same 15 shapes (on a CPU its warm-up is jax's)

@@ -115,6 +115,7 @@ _VARIANTS = [
     ("jax+unroll", "jax", "JAX (Flax NNX, unrolled scan)", "unroll"),
     ("jax+hoist", "jax", "JAX (Flax NNX, input projection hoisted out of the scan)", "hoist"),
     ("jax+graphs", "jax", "JAX (Flax NNX, scan loops in CUDA graphs)", "graphs"),
+    ("jax+bidir2", "jax", "JAX (Flax NNX, RNN directions in one scan)", "bidir2"),
     ("keras-tensorflow+xla", "keras-tensorflow", "Keras 3 (TensorFlow backend, XLA)", "xla"),
 ]
 
