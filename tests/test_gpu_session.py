@@ -273,3 +273,16 @@ def test_the_tarball_is_appended_whole(tmp_path):
     with tarfile.open(out.path["session.tar"]) as t:
         assert t.getnames() == ["logs/f0", "logs/f1", "logs/f2"]
     assert sorted(os.listdir(str(tmp_path / "out"))) == sorted(["session.tar", "summary.tsv", "session.log"])
+
+
+def test_no_latency_leaves_the_benchmark_out_and_says_so(tmp_path):
+    """--no-latency (a second call on a card whose figures the first call measured): nothing started, no
+    latency.json, a line in the log; the flag parses."""
+    out = gpu_session.Out(str(tmp_path / "out"))
+    args = gpu_session.build_parser().parse_args(["--out", str(tmp_path / "out"), "--no-latency", "--dry-run"])
+    assert args.no_latency
+    gpu_session.latency(args, out, gpu_session.Deadline(300), dict(os.environ), str(tmp_path))
+    assert not os.path.exists(out.path["latency.json"])
+    assert "latency: not run (--no-latency)" in (tmp_path / "out" / "session.log").read_text()
+    with tarfile.open(out.path["session.tar"]) as t:
+        assert t.getnames() == []

@@ -30,7 +30,8 @@ whole file); they go into the tarball and are merged into the session's copy, so
 later run reads them once they are imported and committed. A JAX or Keras-on-JAX row named twice in ``--rows`` runs
 twice: the second run writes no results, so its warm-up is what a first run on this card takes once the first run's
 results are committed (the default rows run the first JAX row of record twice). ``--no-autotune-dump``: no row
-writes results (a call made after the results of an earlier one were imported). The newest run of a row is its row:
+writes results (a call made after the results of an earlier one were imported); ``--no-latency``: no step 2 (a
+second call on a card whose figures the first measured). The newest run of a row is its row:
 ``tools/import_session.py`` keeps its record; ``summary.tsv`` and ``session.log`` have both.
 
 What comes back (:data:`OUT_FILES`, six files): ``session.tar`` (``records/``, ``notebooks/``, ``logs/``,
@@ -399,6 +400,9 @@ def versions(python: str, when: str, out: Out, clock: Deadline, facts: dict) -> 
 
 
 def latency(args, out: Out, clock: Deadline, env: Dict[str, str], scratch: str) -> None:
+    if args.no_latency:
+        out.log(clock, "latency: not run (--no-latency)")
+        return
     device = "cpu" if args.dry_run else "cuda"
     est = LATENCY_S[device]
     if not fits(est, clock.left()):
@@ -606,6 +610,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-autotune-dump", action="store_true",
                    help="no row writes XLA's autotuning results (so the JAX rows compile on every core): a call after "
                         "one whose results were imported into results/autotune, to time the warm-up they give")
+    p.add_argument("--no-latency", action="store_true",
+                   help="no latency benchmark (no latency.json): a second call on a card whose figures the first "
+                        "call measured, its seconds left to the rows")
     p.add_argument("--dry-run", action="store_true",
                    help="on the CPU: --device cpu, the smoke preset, the CPU records' estimates")
     return p
