@@ -63,10 +63,11 @@ def xla_flags(flags: Optional[str], card: str, jaxlib_version: str, tag: str, en
     flags = (flags or "").strip()
     info = {"card": card, "jaxlib": jaxlib_version, "loaded": None, "entries": 0, "dump_to": None, "note": None}
     notes = []
-    if not directory and environ.get(RESULTS_ENV):
+    session_copy = None if directory else environ.get(RESULTS_ENV)
+    if session_copy:
         notes.append("read from %s (a device session's copy of results/autotune, with what its earlier rows wrote)"
                      % RESULTS_ENV)
-    directory = directory or environ.get(RESULTS_ENV) or RESULTS_DIR
+    directory = directory or session_copy or RESULTS_DIR
     path = results_file(jaxlib_version, card, directory)
     if has_flag(flags, LOAD_FLAG):
         notes.append("XLA_FLAGS already names a file to load: kept")

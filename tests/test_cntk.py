@@ -21,6 +21,7 @@ from runner.envs import definitions
 from runner.envs.bootstrap import STAMP, read_stamp
 from runner.base import EnvError
 from tests.conftest import ROOT
+from tests.notebook_cells import parameters
 
 SMOKE = get_preset("smoke")
 
@@ -219,19 +220,11 @@ def notebook(name):
         return json.load(f)
 
 
-def parameters_cell(nb):
-    cells = [c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", [])]
-    assert len(cells) == 1
-    tree = ast.parse("".join(cells[0]["source"]))
-    return {t.id: ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.Assign)
-            for t in node.targets}
-
-
 def test_notebook_declares_every_parameter_run_all_passes():
     cntk = targets.TARGETS["cntk"]
     opts = execute.RunOptions(SMOKE, "fp32", 0, "cpu", "/tmp/results")
     passed = execute.notebook_parameters(cntk, opts, "/tmp/results/.staging/x.json")
-    declared = parameters_cell(notebook(cntk.notebook))
+    declared = parameters(cntk.notebook)
     assert set(passed) <= set(declared), set(passed) - set(declared)
     assert declared["target"] == "cntk" and declared["precision"] == "fp32" and declared["fused_rnn"] is None
     assert passed["target"] == "cntk" and passed["preset"] == "smoke" and passed["batch_size"] == 8
