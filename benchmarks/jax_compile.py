@@ -1,5 +1,6 @@
 """How long XLA takes to compile the JAX notebook's training step, one program per batch shape, and what the levers
-do: threads, one shape first, XLA's autotuning; and one lever on the step's speed, the loop in a CUDA graph.
+do: threads, one shape first, XLA's autotuning; and the levers on the step's speed: the loop in a CUDA graph, the
+notebook's variants.
 
     python3 benchmarks/jax_compile.py --out jax_compile.json                  # on a GPU: quick, 3 lengths, ~3 min
     .venvs/jax-cpu/bin/python benchmarks/jax_compile.py --preset smoke       # a CPU check of the script
@@ -29,6 +30,9 @@ import of JAX, and nothing a setting compiled or autotuned carries into the next
   default list of what goes into command buffers, as its sources read in 2025 have it, holds fusions and library
   calls but no loops; the steps against ``threads`` say whether this jaxlib's does; on a CPU the flag changes
   nothing; the JAX notebook's variant ``graphs`` sets the same flag);
+- ``hoist`` and ``bidir2``: ``threads`` with the notebook's variant of that name (section 4: the input products out
+  of the scans; both directions in one scan as well), so that the steps against ``threads`` say what each variant
+  buys on a few shapes, before a whole row is spent on it;
 
 and, for each, the median of ``--steps`` training steps per shape (what a lever costs in speed).  The
 model, loss, optimizer and training step are the notebook's own cells (sections 4, 6 and 7), at ``--precision``;
@@ -58,6 +62,8 @@ SETTINGS = {
     "dump": {"threads": 1, "first": False, "xla_flags": "--xla_gpu_dump_autotune_results_to={autotune}"},
     "loaded": {"threads": None, "first": False, "xla_flags": "--xla_gpu_load_autotune_results_from={autotune}"},
     "graphs": {"threads": None, "first": False, "xla_flags": LOOP_GRAPHS_FLAG},     # the JAX notebook's variant
+    "hoist": {"threads": None, "first": False, "xla_flags": "", "variant": "hoist"},   # the notebook's variants
+    "bidir2": {"threads": None, "first": False, "xla_flags": "", "variant": "bidir2"},
 }
 #: the autotuning results ``dump`` writes and ``loaded`` reads (text format: XLA picks it by the file's extension)
 AUTOTUNE_FILE = "autotune_results.textproto"
@@ -82,8 +88,9 @@ def autotune_summary(path: str) -> dict:
     return {"bytes": len(text.encode()), "results": entries, "textproto": text}
 
 
-def measure(preset, precision, lengths, threads, first, steps):
-    """In this process: the notebook's step compiled for each length's batch shape, then timed."""
+def measure(preset, precision, lengths, threads, first, steps, variant=""):
+    """In this process: the notebook's step (its model in ``variant``) compiled for each length's batch shape, then
+    timed."""
     import operator
     import statistics
     from concurrent.futures import ThreadPoolExecutor
@@ -108,7 +115,7 @@ def measure(preset, precision, lengths, threads, first, steps):
     with open(NOTEBOOK) as f:
         cells = [c for c in json.load(f)["cells"] if c["cell_type"] == "code"]
     g = {"jax": jax, "jnp": jnp, "nnx": nnx, "optax": optax, "operator": operator, "np": np, "cfg": P.config,
-         "seed": 0, "variant": "", "scan_unroll": 1,
+         "seed": 0, "variant": variant, "scan_unroll": 1,
          "compute_dtype": jnp.bfloat16 if precision == "bf16" else jnp.float32}
     for tag in ("rosetta:model", "rosetta:loss", "rosetta:optimizer"):
         for c in cells:
@@ -152,7 +159,7 @@ def measure(preset, precision, lengths, threads, first, steps):
             times.append(time.perf_counter() - t)
         step_ms[s] = 1000 * statistics.median(times)
     device = jax.local_devices()[0]
-    return {"device": device.device_kind, "platform": device.platform, "jax": jax.__version__,
+    return {"device": device.device_kind, "platform": device.platform, "jax": jax.__version__, "variant": variant,
             "programs": len(order), "lengths_s": order, "lower_s": lower_s, "compile_wall_s": wall_s,
             "first_s": first_s, "compile_s_summed": sum(compiled), "compiles": len(compiled),
             "threads": threads or os.cpu_count(), "step_ms_median": step_ms}
@@ -172,7 +179,7 @@ def main(argv=None):
     if args.measure:
         setting = SETTINGS[args.measure]
         print("RESULT " + json.dumps(measure(args.preset, args.precision, lengths, setting["threads"],
-                                             setting["first"], args.steps)), flush=True)
+                                             setting["first"], args.steps, setting.get("variant", ""))), flush=True)
         return 0
     unknown = [s for s in args.settings.split(",") if s not in SETTINGS]
     if unknown:

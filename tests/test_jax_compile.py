@@ -2,7 +2,7 @@
 batches (the first alone, then the other on the thread pool), in a child process with XLA's persistent cache off,
 and the JSON it writes: a check of the script a GPU session runs (docs/gpus.md), not a measurement.  The
 autotuning settings (``dump``, ``loaded``) and ``graphs`` do something on a GPU only: here, their flags, that XLA
-takes them, and the refusal of ``loaded`` without ``dump``."""
+takes them, and the refusal of ``loaded`` without ``dump``; ``bidir2``, the notebook's variant, runs here too."""
 import json
 import os
 import subprocess
@@ -21,7 +21,7 @@ def test_jax_compile_smoke_writes_the_settings_figures(tmp_path):
                     % JAX_PYTHON)
     out = tmp_path / "jax_compile.json"
     proc = subprocess.run([JAX_PYTHON, os.path.join(ROOT, "benchmarks", "jax_compile.py"), "--preset", "smoke",
-                           "--lengths", "2,8", "--settings", "first,loaded,graphs", "--steps", "1", "--out", str(out)], cwd=ROOT,
+                           "--lengths", "2,8", "--settings", "first,loaded,graphs,bidir2", "--steps", "1", "--out", str(out)], cwd=ROOT,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:]
     report = json.loads(out.read_text())
@@ -37,6 +37,9 @@ def test_jax_compile_smoke_writes_the_settings_figures(tmp_path):
     graphs = report["results"]["graphs"]
     assert "--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL" in graphs["xla_flags"].split()
     assert sorted(graphs["step_ms_median"]) == ["2", "8"]
+    # a variant's setting: the notebook's model in that variant (section 4), the same shapes
+    assert first["variant"] == "" and report["results"]["bidir2"]["variant"] == "bidir2"
+    assert sorted(report["results"]["bidir2"]["step_ms_median"]) == ["2", "8"]
 
 
 def test_the_autotuning_settings_name_the_file_one_writes_and_the_other_reads(tmp_path):
