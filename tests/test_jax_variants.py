@@ -1,17 +1,20 @@
 """The JAX notebook's variant ``hoist`` (row ``jax+hoist``): the bd layers' input projection x_t W + b of every time
 step as one matrix product before the scan, the scan left with h U. Its variant ``bidir2`` (row ``jax+bidir2``): the
-same hoisting, then both directions in one scan, their h U one batched product per step. Same model code, parameters
-and loss as the row of record (section 4 of notebooks/JAX_Flax_DS2.ipynb).  And its variant ``graphs`` (row ``jax+graphs``, a CUDA GPU
-only): section 2's settings cell, which adds the flag that puts the scans' loops in XLA's command buffers before
-JAX starts, and refuses the variant without a GPU, run here without JAX (tests/notebook_cells.py).
+same hoisting, then both directions in one scan, their h U one batched product per step, and dL/dU after it (a
+jax.custom_vjp). Same model code, parameters and loss as the row of record (section 4 of
+notebooks/JAX_Flax_DS2.ipynb).  And its variant ``graphs`` (row ``jax+graphs``, a CUDA GPU only): section 2's
+settings cell, which adds the flag that puts the scans' loops in XLA's command buffers before JAX starts, and
+refuses the variant without a GPU, run here without JAX (tests/notebook_cells.py).
 
-Two checks in the default tier:
+In the default tier, for hoist and bidir2:
 
 - the notebook's own cells (model, variant, names) in the JAX environment on the smoke model, without running the
   notebook: the three models have the same state (names and shapes); bd1's forward and backward give the same
   value and gradients, and their compiled program says where the input products are -- inside the scan's ``while``
-  bodies in the row of record (XLA does not hoist them by itself), outside them in ``hoist`` and ``bidir2`` -- and
-  how many loops there are: ``bidir2`` has half the row of record's (one scan per layer, forward and gradient).
+  bodies in the row of record (XLA does not hoist them by itself), outside them in ``hoist`` and ``bidir2`` -- how
+  many loops there are: ``bidir2`` has half the row of record's (one scan per layer, forward and gradient) -- and
+  where dL/dU is summed: inside the gradient's loop, step by step, in the row of record and ``hoist`` (autodiff of
+  the scan), after it in ``bidir2`` (its ``jax.custom_vjp``).
 
 In the full tier, a smoke run of each (the session's smoke run, which has every variant) against the row of record's:
 the first-loss check, the first 10 losses within ``variant_rtol``, every shape compiled ahead of time in the warm-up
@@ -95,8 +98,8 @@ def step(layer, x):
     return nnx.value_and_grad(lambda layer: (layer(x) ** 2).mean())(layer)
 
 
-def input_products(hlo, width):
-    """(dots touching `width` in a while loop's body, such dots elsewhere), by their result and operand shapes."""
+def products(hlo):
+    """Every dot of the compiled program: (its result's and operands' shapes, whether it is in a while loop's body)."""
     shapes, comp_of, calls, bodies, dots, comp = {}, {}, {}, [], [], None
     for line in hlo.splitlines():
         m = re.match(r"^(?:ENTRY )?%?([\w.\-]+) .*\{$", line)
@@ -119,8 +122,18 @@ def input_products(hlo, width):
         if c not in in_loops:
             in_loops.add(c)
             todo += list(calls.get(c, ()))
-    touching = [d[0] for d in dots if any(re.search(r"[\[,]%d[\],]" % width, shapes.get(n, "")) for n in d)]
-    return ([d for d in touching if comp_of[d] in in_loops], [d for d in touching if comp_of[d] not in in_loops])
+    return [([shapes.get(n, "") for n in d], comp_of[d[0]] in in_loops) for d in dots]
+
+
+def input_products(hlo, width):
+    """(dots touching `width` in a while loop's body, such dots elsewhere), by their result and operand shapes."""
+    touching = [in_loop for dot, in_loop in products(hlo) if any(re.search(r"[\[,]%d[\],]" % width, s) for s in dot)]
+    return [t for t in touching if t], [t for t in touching if not t]
+
+
+def weight_gradient_products_in_loops(hlo, hidden):
+    """Dots in a loop's body whose result is an (H, H) matrix, or a stack of them: dL/dU summed step by step."""
+    return sum(in_loop and bool(re.search(r"\[(\d+,)?%d,%d\]" % (hidden, hidden), dot[0])) for dot, in_loop in products(hlo))
 
 
 out = {}
@@ -136,6 +149,7 @@ for variant in ("", "hoist", "bidir2"):
         "grads": {".".join(map(str, k)): np.asarray(v[...]).tolist() for k, v in nnx.to_flat_state(grads)},
         "state": sorted("%s %s" % (".".join(map(str, k)), v.shape) for k, v in nnx.to_flat_state(nnx.state(model))),
         "input_dots_in_loops": len(inside), "input_dots_outside": len(outside), "loops": len(re.findall(r" while\(", hlo)),
+        "weight_dots_in_loops": weight_gradient_products_in_loops(hlo, cfg.rnn_hidden),
         "scopes": sorted(s for s in ("batchnorm", "rnn", "rnn_input", "rnn_recurrence") if "/%s/" % s in hlo
                          or "(%s)" % s in hlo)}
 print("RESULT " + json.dumps(out))
@@ -150,6 +164,8 @@ def test_hoist_and_bidir2_move_the_input_products_out_of_the_loop_and_compute_th
     # the row of record: XLA leaves bd1's input products (x_t W, and the gradients' products with x_t and W) inside
     # the scan's loop, one per time step, and runs a loop per direction forward and another in the gradient
     assert row["input_dots_in_loops"] >= 3 and row["loops"] == 4, row
+    # autodiff of the scan sums dL/dU inside the gradient's loop: a product per step and direction
+    assert row["weight_dots_in_loops"] >= 2 and out["hoist"]["weight_dots_in_loops"] >= 2, out
     for variant in ("hoist", "bidir2"):
         v = out[variant]
         assert v["state"] == row["state"] and v["loss"] == pytest.approx(row["loss"], rel=1e-6), variant
@@ -161,8 +177,10 @@ def test_hoist_and_bidir2_move_the_input_products_out_of_the_loop_and_compute_th
         assert v["input_dots_in_loops"] == 0 and v["input_dots_outside"] >= 3, v
         # the names the profile adds up (notebook section 4) reach the compiled program in each
         assert v["scopes"] == row["scopes"] == ["batchnorm", "rnn", "rnn_input", "rnn_recurrence"], (variant, v, row)
-    # hoist keeps a scan per direction; bidir2 runs both directions in one, forward and in the gradient
+    # hoist keeps a scan per direction; bidir2 runs both directions in one, forward and in the gradient, and takes
+    # dL/dU after the gradient's loop (its jax.custom_vjp)
     assert out["hoist"]["loops"] == row["loops"] and out["bidir2"]["loops"] == row["loops"] // 2, out
+    assert out["bidir2"]["weight_dots_in_loops"] == 0, out["bidir2"]
 
 
 # ---- graphs: the scans' loops in XLA's command buffers, on a CUDA GPU only ----------------------------------------

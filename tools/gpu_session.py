@@ -74,7 +74,7 @@ from runner.run.targets import ALL_TARGETS  # noqa: E402
 PROG = "gpu_session.py"
 #: the rows worth a lent GPU, in order of value (TensorFlow, MXNet and CNTK cannot run on its image): after JAX's
 #: fp32 row, its three variants that aim at its speed on a GPU (both directions in one scan, their input products
-#: out of it: the chain of dependent steps halved; the input products out of the recurrence alone: on the CPU one
+#: and dL/dU out of it: the chain of dependent steps halved; the input products out of the recurrence alone: on the CPU one
 #: full-width layer's step took a third of the time; the scans' loops in CUDA graphs); last, the variant that
 #: runs a layer's two directions as one recurrence, at the precisions where cuDNN runs them one after the other (the
 #: H100's and H200's latency figures): short rows that fill what the others leave.  The first JAX row of record is
