@@ -31,8 +31,8 @@ import of JAX, and nothing a setting compiled or autotuned carries into the next
   calls but no loops; the steps against ``threads`` say whether this jaxlib's does; on a CPU the flag changes
   nothing; the JAX notebook's variant ``graphs`` sets the same flag);
 - ``hoist`` and ``bidir2``: ``threads`` with the notebook's variant of that name (section 4: the input products out
-  of the scans; both directions in one scan as well), so that the steps against ``threads`` say what each variant
-  buys on a few shapes, before a whole row is spent on it;
+  of the scans; both directions in one scan as well, and dL/dU after it), so that the steps against ``threads``
+  say what each variant buys on a few shapes, before a whole row is spent on it;
 
 and, for each, the median of ``--steps`` training steps per shape (what a lever costs in speed).  The
 model, loss, optimizer and training step are the notebook's own cells (sections 4, 6 and 7), at ``--precision``;

@@ -21,7 +21,8 @@ def test_jax_compile_smoke_writes_the_settings_figures(tmp_path):
                     % JAX_PYTHON)
     out = tmp_path / "jax_compile.json"
     proc = subprocess.run([JAX_PYTHON, os.path.join(ROOT, "benchmarks", "jax_compile.py"), "--preset", "smoke",
-                           "--lengths", "2,8", "--settings", "first,loaded,graphs,bidir2", "--steps", "1", "--out", str(out)], cwd=ROOT,
+                           "--lengths", "2,8", "--settings", "first,loaded,graphs,bidir2", "--steps", "1",
+                           "--out", str(out)], cwd=ROOT,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:]
     report = json.loads(out.read_text())

@@ -133,7 +133,8 @@ def input_products(hlo, width):
 
 def weight_gradient_products_in_loops(hlo, hidden):
     """Dots in a loop's body whose result is an (H, H) matrix, or a stack of them: dL/dU summed step by step."""
-    return sum(in_loop and bool(re.search(r"\[(\d+,)?%d,%d\]" % (hidden, hidden), dot[0])) for dot, in_loop in products(hlo))
+    square = r"\[(\d+,)?%d,%d\]" % (hidden, hidden)
+    return sum(in_loop and bool(re.search(square, dot[0])) for dot, in_loop in products(hlo))
 
 
 out = {}
@@ -148,7 +149,8 @@ for variant in ("", "hoist", "bidir2"):
         "layer": type(layer.rnn).__name__, "loss": float(loss),
         "grads": {".".join(map(str, k)): np.asarray(v[...]).tolist() for k, v in nnx.to_flat_state(grads)},
         "state": sorted("%s %s" % (".".join(map(str, k)), v.shape) for k, v in nnx.to_flat_state(nnx.state(model))),
-        "input_dots_in_loops": len(inside), "input_dots_outside": len(outside), "loops": len(re.findall(r" while\(", hlo)),
+        "input_dots_in_loops": len(inside), "input_dots_outside": len(outside),
+        "loops": len(re.findall(r" while\(", hlo)),
         "weight_dots_in_loops": weight_gradient_products_in_loops(hlo, cfg.rnn_hidden),
         "scopes": sorted(s for s in ("batchnorm", "rnn", "rnn_input", "rnn_recurrence") if "/%s/" % s in hlo
                          or "(%s)" % s in hlo)}
