@@ -34,7 +34,11 @@ import of JAX, and nothing a setting compiled or autotuned carries into the next
   of the scans; both directions in one scan as well, and dL/dU after it), so that the steps against ``threads``
   say what each variant buys on a few shapes, before a whole row is spent on it;
 
-and, for each, the median of ``--steps`` training steps per shape (what a lever costs in speed).  The
+``--autotune-results FILE`` (a card's committed results) has every setting but ``dump``, ``loaded`` and
+``autotune0`` read them first, so that a comparison of steps (``threads``, ``graphs``, ``hoist``, ``bidir2``) spends
+seconds, not minutes, compiling; what the file lacks (a variant's own products) is autotuned as usual.
+
+And, for each, the median of ``--steps`` training steps per shape (what a lever costs in speed).  The
 model, loss, optimizer and training step are the notebook's own cells (sections 4, 6 and 7), at ``--precision``;
 the shapes are ``--lengths`` seconds of the preset's batches.  It prints a line per setting and rewrites ``--out``
 (JSON) after each, so a call stopped at its time limit keeps the settings that finished.
@@ -69,9 +73,17 @@ SETTINGS = {
 AUTOTUNE_FILE = "autotune_results.textproto"
 
 
-def setting_flags(name: str, autotune_file: str) -> str:
-    """The XLA_FLAGS a setting adds, with the autotuning results' file filled in."""
-    return SETTINGS[name]["xla_flags"].format(autotune=autotune_file)
+#: the settings that measure XLA's autotuning itself: ``--autotune-results`` leaves them as they are
+AUTOTUNING_SETTINGS = ("dump", "loaded", "autotune0")
+
+
+def setting_flags(name: str, autotune_file: str, read: str = None) -> str:
+    """The XLA_FLAGS a setting adds, with the autotuning results' file filled in; ``read``: a card's committed results
+    (``--autotune-results``), read first by every setting that does not measure the autotuning itself."""
+    flags = SETTINGS[name]["xla_flags"].format(autotune=autotune_file)
+    if read and name not in AUTOTUNING_SETTINGS:
+        flags = (flags + " --xla_gpu_load_autotune_results_from=" + read).strip()
+    return flags
 
 
 def autotune_summary(path: str) -> dict:
@@ -166,13 +178,17 @@ def measure(preset, precision, lengths, threads, first, steps, variant=""):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="jax_compile.py", description=__doc__.splitlines()[0])
     p.add_argument("--preset", default="quick", help="the batches' preset (default quick; smoke for a CPU check)")
     p.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "bf16"])
     p.add_argument("--lengths", default="1,8,15", help="utterance lengths in seconds, one program each (default 1,8,15)")
     p.add_argument("--settings", default=",".join(SETTINGS), help="default: %s" % ",".join(SETTINGS))
     p.add_argument("--steps", type=int, default=3, help="timed steps per shape after compiling (default 3)")
     p.add_argument("--out", default=None, help="a JSON file for the results")
+    p.add_argument("--autotune-results", default=None, metavar="FILE",
+                   help="a card's autotuning results (results/autotune/jax-<jaxlib>/<card>.textproto), read first by "
+                        "every setting but %s: their compile then costs what a run with the project's results "
+                        "costs, and the steps are what the comparison is for" % ", ".join(AUTOTUNING_SETTINGS))
     p.add_argument("--measure", default=None, help=argparse.SUPPRESS)     # the child process: one setting
     args = p.parse_args(argv)
     lengths = [int(s) for s in args.lengths.split(",")]
@@ -184,6 +200,12 @@ def main(argv=None):
     unknown = [s for s in args.settings.split(",") if s not in SETTINGS]
     if unknown:
         p.error("--settings: unknown %s; choose from %s" % (", ".join(unknown), ", ".join(SETTINGS)))
+    if args.autotune_results is not None:
+        if not os.path.isfile(args.autotune_results):
+            p.error("--autotune-results: no file %s" % args.autotune_results)
+        args.autotune_results = os.path.abspath(args.autotune_results)
+        if any(c.isspace() for c in args.autotune_results):
+            p.error("--autotune-results: %s has whitespace, which XLA_FLAGS cannot hold" % args.autotune_results)
     results = {}
     workdir = tempfile.mkdtemp(prefix="ds2-jax-compile-")        # the autotuning results between dump and loaded
     autotune_file = os.path.join(workdir, AUTOTUNE_FILE)
@@ -192,7 +214,8 @@ def main(argv=None):
         if args.out:
             with open(args.out + ".partial", "w") as f:
                 json.dump({"benchmark": "jax_compile", "preset": args.preset, "precision": args.precision,
-                           "lengths": lengths, "results": results}, f, indent=1)
+                           "lengths": lengths, "autotune_results_read": args.autotune_results, "results": results},
+                          f, indent=1)
             os.replace(args.out + ".partial", args.out)
 
     for name in args.settings.split(","):
@@ -204,7 +227,7 @@ def main(argv=None):
             write()
             continue
         env = dict(os.environ, JAX_ENABLE_COMPILATION_CACHE="false")
-        flags = setting_flags(name, autotune_file)
+        flags = setting_flags(name, autotune_file, args.autotune_results)
         env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " " + flags).strip()
         t = time.perf_counter()
         proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--measure", name, "--preset", args.preset,

@@ -52,6 +52,26 @@ def test_the_autotuning_settings_name_the_file_one_writes_and_the_other_reads(tm
     assert jc.setting_flags("dump", path) == "--xla_gpu_dump_autotune_results_to=" + path
     assert jc.setting_flags("loaded", path) == "--xla_gpu_load_autotune_results_from=" + path
     assert jc.setting_flags("threads", path) == ""
+    # a card's committed results, read first by the settings that compare steps, not by those that measure autotuning
+    card = str(tmp_path / "card.textproto")
+    load = "--xla_gpu_load_autotune_results_from=" + card
+    assert jc.setting_flags("threads", path, card) == jc.setting_flags("bidir2", path, card) == load
+    graphs = jc.setting_flags("graphs", path, card).split()
+    assert graphs == ["--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL", load]
+    assert jc.setting_flags("dump", path, card) == jc.setting_flags("dump", path)
+    assert jc.setting_flags("autotune0", path, card) == "--xla_gpu_autotune_level=0"
     (tmp_path / jc.AUTOTUNE_FILE).write_text("version: 3\nresults {\n  device: \"x\"\n}\nresults {\n}\n")
     summary = jc.autotune_summary(path)
     assert summary["results"] == 2 and summary["bytes"] == len(summary["textproto"]) > 0
+
+
+def test_a_missing_autotune_results_file_is_refused_before_anything_runs(tmp_path, capsys):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("jax_compile", os.path.join(ROOT, "benchmarks", "jax_compile.py"))
+    jc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(jc)
+    with pytest.raises(SystemExit) as stop:
+        jc.main(["--autotune-results", str(tmp_path / "none.textproto"), "--out", str(tmp_path / "out.json")])
+    assert stop.value.code == 2 and not (tmp_path / "out.json").exists()
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "jax_compile.py: error: --autotune-results: no file %s" % (tmp_path / "none.textproto"))
