@@ -54,7 +54,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from common.compile_cache import LOOP_GRAPHS_FLAG  # noqa: E402  (no framework import)
+from common import xla_autotune  # noqa: E402  (no framework import)
+from common.compile_cache import LOOP_GRAPHS_FLAG  # noqa: E402
 
 NOTEBOOK = os.path.join(ROOT, "notebooks", "JAX_Flax_DS2.ipynb")
 SETTINGS = {
@@ -63,8 +64,8 @@ SETTINGS = {
     "first": {"threads": None, "first": True, "xla_flags": ""},
     "autotune0": {"threads": None, "first": False, "xla_flags": "--xla_gpu_autotune_level=0"},
     "cublas": {"threads": None, "first": False, "xla_flags": "--xla_gpu_enable_triton_gemm=false"},
-    "dump": {"threads": 1, "first": False, "xla_flags": "--xla_gpu_dump_autotune_results_to={autotune}"},
-    "loaded": {"threads": None, "first": False, "xla_flags": "--xla_gpu_load_autotune_results_from={autotune}"},
+    "dump": {"threads": 1, "first": False, "xla_flags": xla_autotune.DUMP_FLAG + "={autotune}"},
+    "loaded": {"threads": None, "first": False, "xla_flags": xla_autotune.LOAD_FLAG + "={autotune}"},
     "graphs": {"threads": None, "first": False, "xla_flags": LOOP_GRAPHS_FLAG},     # the JAX notebook's variant
     "hoist": {"threads": None, "first": False, "xla_flags": "", "variant": "hoist"},   # the notebook's variants
     "bidir2": {"threads": None, "first": False, "xla_flags": "", "variant": "bidir2"},
@@ -82,15 +83,13 @@ def setting_flags(name: str, autotune_file: str, read: str = None) -> str:
     (``--autotune-results``), read first by every setting that does not measure the autotuning itself."""
     flags = SETTINGS[name]["xla_flags"].format(autotune=autotune_file)
     if read and name not in AUTOTUNING_SETTINGS:
-        flags = (flags + " --xla_gpu_load_autotune_results_from=" + read).strip()
+        flags = (flags + " %s=%s" % (xla_autotune.LOAD_FLAG, read)).strip()
     return flags
 
 
 def autotune_summary(path: str) -> dict:
     """What ``dump`` left at ``path``: its size, the number of results in it, and its text (for the JSON, so that
     a device call returns it inside the one file)."""
-    sys.path.insert(0, ROOT)
-    from common import xla_autotune
     with open(path) as f:
         text = f.read()
     try:
