@@ -106,6 +106,35 @@ def test_plots_are_written_non_empty_and_embedded(records_dir, tmp_path):
     assert not [p for p in (records_dir / "plots").iterdir() if "partial" in p.name]
 
 
+def _save_plot_again_and_again(path, times, start):
+    plt = plots._plt()
+    start.wait()
+    for _ in range(times):
+        fig, ax = plt.subplots(figsize=(2, 2))
+        ax.plot([0, 1], [1, 0])
+        plots._save(fig, path)
+
+
+@pytest.mark.plots
+def test_two_runs_drawing_the_same_plot_at_once_both_succeed(tmp_path):
+    """Two runs that share a results directory (a migration matrix's two halves) redraw the same plots: neither
+    may take the other's temporary file from under it."""
+    import multiprocessing
+    ctx = multiprocessing.get_context("fork")
+    path = str(tmp_path / "step_time_by_length.png")
+    start = ctx.Event()
+    procs = [ctx.Process(target=_save_plot_again_and_again, args=(path, 40, start)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    start.set()
+    for p in procs:
+        p.join(120)
+    assert [p.exitcode for p in procs] == [0, 0]
+    assert open(path, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+    assert oct(os.stat(path).st_mode & 0o777) == oct(0o644)
+    assert os.listdir(str(tmp_path)) == ["step_time_by_length.png"]
+
+
 @pytest.mark.plots
 def test_no_completed_runs(tmp_path):
     d = tmp_path / "records"

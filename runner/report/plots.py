@@ -1,5 +1,6 @@
 """results.md's plots (matplotlib, Agg), each written atomically next to the records."""
 import os
+import tempfile
 from collections import OrderedDict
 from typing import List, Optional
 
@@ -29,10 +30,14 @@ def _plt():
 
 
 def _save(fig, path: str) -> None:
-    """Save a figure atomically (a temporary PNG renamed into place) and close it."""
-    tmp = path[:-len(".png")] + ".partial.png"
+    """Save a figure atomically and close it: a temporary PNG of this call's own (two runs that share a results
+    directory may redraw the same plot at once) renamed into place."""
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path)[:-len(".png")] + ".", suffix=".partial.png",
+                               dir=os.path.dirname(os.path.abspath(path)))
+    os.close(fd)
     try:
         fig.savefig(tmp, dpi=110)
+        os.chmod(tmp, 0o644)                       # mkstemp makes 0600 files
         os.replace(tmp, path)
     finally:
         _plt().close(fig)
