@@ -15,7 +15,7 @@ from typing import Callable, List, Optional
 
 from common.spec import is_learn_preset
 
-from runner.report.plots import _plt, _save
+from runner.report.plots import _plt, _save, discard
 from runner.report.records import _label, md_table
 
 #: the plot's file name, next to the other plots
@@ -159,8 +159,8 @@ def section(records: List[dict], plots_dir: str, rel: Callable[[str], str]) -> L
         return []
     path = os.path.join(plots_dir, PLOT)
     made = plot(records, path)
-    if not made and os.path.exists(path):
-        os.remove(path)
+    if not made:
+        discard(path)
     ok = _ok(records)
     corpora = sorted(set(r["learning"]["corpus"]["corpus_sha256"][:12] for r in ok))
     lines = [

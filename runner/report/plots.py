@@ -45,6 +45,14 @@ def _save(fig, path: str) -> None:
             os.unlink(tmp)
 
 
+def discard(path: str) -> None:
+    """Remove a plot that has nothing to show; another run sharing the folder may have removed it first."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
 def plot_summary(records: List[dict], path: str) -> bool:
     """The summary's comparison: audio s/s of each row of record and batch size, one panel per device and preset."""
     groups = summary_groups(records)

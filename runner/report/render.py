@@ -36,8 +36,8 @@ from runner.report import data_parallel, learning
 from runner.base import ROOT
 from runner.report.checks import (CONTROL_COLUMN, agreement_rows, control_section, is_control, migration_section,
                                   onnx_section)
-from runner.report.plots import (PLOTS, plot_batch_sweep, plot_flops, plot_step_time, plot_summary, plot_throughput,
-                                 plot_trajectories)
+from runner.report.plots import (PLOTS, discard, plot_batch_sweep, plot_flops, plot_step_time, plot_summary,
+                                 plot_throughput, plot_trajectories)
 from runner.report.provenance import environment_rows, provenance_rows
 from runner.report.records import K_STEPS, dp_label, md_table
 from runner.report.gpu_facts import TITLE, before_you_rent
@@ -61,8 +61,8 @@ def _make_plots(records: List[dict], controls: List[dict], plots_dir: str) -> di
                      ("flops", plot_flops), ("batch_sweep", plot_batch_sweep)):
         path = os.path.join(plots_dir, PLOTS[name])
         made[name] = fn(records, path)
-        if not made[name] and os.path.exists(path):
-            os.remove(path)
+        if not made[name]:
+            discard(path)
     return made
 
 
