@@ -143,12 +143,14 @@ def list_targets(plan: Plan) -> int:
     gpus, device = plan.gpus, plan.device
     print("device: %s%s" % (device, " (%s)" % gpus[0]["name"] if gpus and device == "cuda" else ""))
     decisions = gpu_preflight.plan(ALL_TARGETS.values(), gpus[0], plan.gpu_builds) if device == "cuda" else {}
+    name_w, label_w = (max(len(getattr(t, a)) for t in ALL_TARGETS.values()) for a in ("name", "label"))
     for t in ALL_TARGETS.values():
         env = ENVS[t.env]
         build = decisions[t.name].build if t.name in decisions else None
         state = framework_envs.status(env, device, plan.pythons.get(env.name), build)
         present = "" if os.path.exists(t.notebook_path) else "  [notebook missing]"
-        print("%-18s %-40s env %-10s %-8s %s%s" % (t.name, t.label, env.name, state, env.python_hint, present))
+        print("%-*s %-*s env %-10s %-8s %s%s" % (name_w, t.name, label_w, t.label, env.name, state, env.python_hint,
+                                                 present))
     for line in plan.notes:
         print(line)
     print("\n".join(gpu_preflight.report(TARGETS.values(), gpus if device == "cuda" else [], plan.gpu_builds)))

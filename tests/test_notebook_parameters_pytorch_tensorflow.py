@@ -14,7 +14,7 @@ from tests.notebook_cells import (BAD_SKIPS, EVERY_PART, SKIPS, assert_declared_
                                   assert_skipped_parts, run_cell, settings_names)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-NOTEBOOKS = {"PyTorch_DS2.ipynb": {"compile", "graphs", "bidir2"}, "TensorFlow_DS2.ipynb": {"xla"}}
+NOTEBOOKS = {"PyTorch_DS2.ipynb": {"compile", "graphs", "bidir2", "bidir2+graphs"}, "TensorFlow_DS2.ipynb": {"xla"}}
 
 
 def cells(name):

@@ -1,4 +1,4 @@
-"""The PyTorch notebook's two speed variants beside its row of record, checked on the CPU.
+"""The PyTorch notebook's speed variants beside its row of record, checked on the CPU.
 
 - ``pytorch+bidir2``: each bd layer's two directions in one batched recurrence (``BatchedBiRNN``, section 4). Its
   math is held to ``nn.RNN`` in float64 (outputs and every gradient), its first K training steps to the row of
@@ -10,6 +10,8 @@
   ``zero_grad``/``backward``/``step`` — runs here through a stand-in for the capture that records a function and
   re-runs it at each replay (defined in this test only: the notebook has no capture but CUDA's, so no record says
   "graphs" for a run that did not capture). Its first K losses must equal the row's.
+- ``pytorch+bidir2+graphs``: the two together (the batched recurrence inside the graphs), GPU-only as ``graphs``;
+  through the same stand-in its first K losses must equal the row's.
 
 The unit tests run the notebook's own cells in the PyTorch environment (the session's smoke run provides its
 interpreter), on the smoke model, without running the notebook; the records of both rows come from the session's
@@ -49,7 +51,7 @@ def test_the_notebook_declares_the_runners_variants():
     declared = [ast.literal_eval(node.value) for node in ast.parse(settings).body if isinstance(node, ast.Assign)
                 and any(getattr(t, "id", None) == "VARIANTS" for t in node.targets)]
     runner = {t.parameters["variant"] for t in variants_of("pytorch")}
-    assert set(declared[0]) == {""} | runner == {"", "compile", "graphs", "bidir2"}
+    assert set(declared[0]) == {""} | runner == {"", "compile", "graphs", "bidir2", "bidir2+graphs"}
 
 
 def test_variant_code_stays_out_of_the_translation():
@@ -73,10 +75,13 @@ def test_intro_is_short_and_links_the_spec():
 
 def test_graphs_is_gpu_only_in_the_runner_and_bidir2_runs_on_a_cpu():
     graphs, bidir2 = ALL_TARGETS["pytorch+graphs"], ALL_TARGETS["pytorch+bidir2"]
-    assert graphs.variant_of == bidir2.variant_of == "pytorch"
-    for precision in ("fp32", "bf16", "tf32"):
-        why = graphs.cpu_precision_reason(precision)
-        assert why == graphs.gpu_only and "CUDA GPU" in why and "\n" not in why, why
+    both = ALL_TARGETS["pytorch+bidir2+graphs"]
+    assert graphs.variant_of == bidir2.variant_of == both.variant_of == "pytorch"
+    for target in (graphs, both):
+        for precision in ("fp32", "bf16", "tf32"):
+            why = target.cpu_precision_reason(precision)
+            assert why == target.gpu_only and "CUDA GPU" in why and "\n" not in why, why
+            assert "variant %s needs" % target.parameters["variant"] in why, why
     assert bidir2.cpu_precision_reason("fp32") is None and bidir2.cpu_precision_reason("bf16") is None
     assert ALL_TARGETS["pytorch+compile"].gpu_only is None
 
@@ -203,23 +208,29 @@ out["graphs_book"] = {"shapes": len(step.graphs), "replays": step.replays, "capt
                       "steps": step.steps, "short_shapes": len(SHORT)}
 out["graphs_params"] = max((a - b).abs().max().item() for a, b in zip(row["model"].state_dict().values(),
                                                                         graphs["model"].state_dict().values()))
+both = notebook("bidir2+graphs")
+both["train_step"] = step = both["GraphedTrainStep"](both["train_step"], stand_in_capture, both["autocast"])
+out["both"] = first_losses(both)
+out["both_layers"] = sorted({type(layer.rnn).__name__ for layer in both["model"].rnns})
+out["both_book"] = {"shapes": len(step.graphs), "replays": step.replays, "captured_at": step.captured_at}
 
 # 3. bf16: the bidir2 recurrence runs in bfloat16 (BatchRNN's copies), the probe says so
 out["bidir2_bf16_probe"] = {op: sorted(d) for op, d in notebook("bidir2", "bf16")["rnn_kernels"](data.batch(0)).items()}
 
 # 4. section 2 refuses graphs on a CPU, in one line, before any data or model
-for device in ("cpu", "auto"):
-    g = {}
-    with contextlib.redirect_stdout(io.StringIO()):
-        exec(cell("rosetta:environment").replace('os.path.abspath("..")', "os.getcwd()"), g)
-    exec(cell("parameters"), g)
-    g.update(variant="graphs", device=device)
-    try:
-        exec(cell("rosetta:settings"), g)
-        out["refusal_" + device] = None
-    except ValueError as e:
-        out["refusal_" + device] = str(e)
-        out["refused_before_data_" + device] = "train_data" not in g and "model" not in g
+for variant in ("graphs", "bidir2+graphs"):
+    for device in ("cpu", "auto"):
+        g = {}
+        with contextlib.redirect_stdout(io.StringIO()):
+            exec(cell("rosetta:environment").replace('os.path.abspath("..")', "os.getcwd()"), g)
+        exec(cell("parameters"), g)
+        g.update(variant=variant, device=device)
+        try:
+            exec(cell("rosetta:settings"), g)
+            out["refusal_%s_%s" % (variant, device)] = None
+        except ValueError as e:
+            out["refusal_%s_%s" % (variant, device)] = str(e)
+            out["refused_before_data_%s_%s" % (variant, device)] = "train_data" not in g and "model" not in g
 print("RESULT " + json.dumps(out))
 '''
 
@@ -268,11 +279,20 @@ def test_graphs_bookkeeping_trains_like_the_row_of_record(harness):
     assert harness["graphs_params"] <= 1e-5, harness["graphs_params"]
 
 
+def test_bidir2_in_the_graphs_trains_like_the_row_of_record(harness):
+    """bidir2+graphs: the batched recurrence in every layer, stepped through the graphs' bookkeeping (the CPU
+    stand-in for the capture), equals the row's first steps."""
+    assert harness["both_layers"] == ["BatchedBiRNN"]
+    assert harness["both_book"] == {"shapes": 3, "replays": STEPS - 3, "captured_at": [1, 2, 3]}, harness["both_book"]
+    assert relative(harness["both"], harness["row"], STEPS) <= variant_rtol("pytorch+bidir2+graphs")
+
+
 def test_the_notebook_refuses_graphs_on_a_cpu_in_one_line(harness):
-    for device in ("cpu", "auto"):
-        message = harness["refusal_" + device]
-        assert message and "\n" not in message and "CUDA GPU" in message and "'graphs'" in message, message
-        assert harness["refused_before_data_" + device]
+    for variant in ("graphs", "bidir2+graphs"):
+        for device in ("cpu", "auto"):
+            message = harness["refusal_%s_%s" % (variant, device)]
+            assert message and "\n" not in message and "CUDA GPU" in message and "%r" % variant in message, message
+            assert harness["refused_before_data_%s_%s" % (variant, device)]
 
 
 # ---- the records of the session's smoke run (full tier: the variant rows run there) --------------------------------
@@ -290,8 +310,8 @@ def test_bidir2_record_says_what_ran(smoke, target):
     assert relative(mine, theirs) <= variant_rtol(target)
 
 
-@pytest.mark.parametrize("target", full_targets(["pytorch+graphs"]))
+@pytest.mark.parametrize("target", full_targets(["pytorch+graphs", "pytorch+bidir2+graphs"]))
 def test_graphs_row_is_listed_as_not_run_on_a_cpu(smoke, target):
     rec = smoke.record(target)
     assert rec["status"] == "skipped" and rec["error"] == ALL_TARGETS[target].gpu_only, rec["error"]
-    assert "pytorch+graphs" in smoke.markdown()
+    assert target in smoke.markdown()

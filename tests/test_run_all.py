@@ -163,6 +163,10 @@ def test_list():
     assert proc.returncode == 0
     for name in ("pytorch", "tensorflow", "mxnet", "cntk", "jax", "keras-jax", "keras-torch", "keras-tensorflow"):
         assert any(line.startswith(name + " ") for line in proc.stdout.splitlines()), name
+    from runner.run.targets import ALL_TARGETS
+    rows = [line for line in proc.stdout.splitlines() if line.split(" ")[0] in ALL_TARGETS]
+    assert len(rows) == len(ALL_TARGETS)
+    assert len(set(line.index(" env ") for line in rows)) == 1, rows        # the columns line up, longest name too
 
 
 def test_batch_size_list_parsing():
@@ -182,12 +186,12 @@ def test_variants_expand_to_the_variant_targets():
     from runner.run.targets import VARIANTS
     names = lambda ts: [t.name for t in ts]  # noqa: E731
     assert names(select_targets(["pytorch"])) == ["pytorch"]
-    torch_variants = ["pytorch+compile", "pytorch+graphs", "pytorch+bidir2"]
+    torch_variants = ["pytorch+compile", "pytorch+graphs", "pytorch+bidir2", "pytorch+bidir2+graphs"]
     assert names(select_targets(["pytorch"], True)) == ["pytorch"] + torch_variants
     assert names(select_targets(["pytorch", "keras-torch", "cntk", "keras-jax"], True)) == [
         "pytorch", "keras-torch", "cntk", "keras-jax"] + torch_variants   # CNTK, keras-jax, keras-torch: none
     assert names(select_targets(["pytorch+compile", "pytorch"], True)) == [
-        "pytorch+compile", "pytorch", "pytorch+graphs", "pytorch+bidir2"]                           # once each
+        "pytorch+compile", "pytorch", "pytorch+graphs", "pytorch+bidir2", "pytorch+bidir2+graphs"]  # once each
     everything = select_targets(["pytorch", "tensorflow", "mxnet", "cntk", "jax", "keras-jax", "keras-torch",
                                  "keras-tensorflow"], True)
     assert sorted(names(everything)[8:]) == sorted(VARIANTS)
@@ -218,14 +222,14 @@ def planned_runs(monkeypatch, tmp_path):
 
 def test_runs_loop_over_targets_precisions_and_batch_sizes(planned_runs, capsys):
     runs = planned_runs("--frameworks", "pytorch,jax", "--variants", "--batch-size", "8,32", "--preset", "smoke")
-    names = ["pytorch", "jax", "pytorch+compile", "pytorch+graphs", "pytorch+bidir2", "jax+unroll", "jax+hoist",
-             "jax+graphs", "jax+bidir2"]
+    names = ["pytorch", "jax", "pytorch+compile", "pytorch+graphs", "pytorch+bidir2", "pytorch+bidir2+graphs",
+             "jax+unroll", "jax+hoist", "jax+graphs", "jax+bidir2"]
     assert [(t.name, o.precision, o.preset.batch_size) for t, o in runs] == [
         (name, "fp32", batch) for name in names for batch in (8, 32)]
     assert all(o.preset.name == "smoke" and o.preset.scale == 1 and not o.profile for _, o in runs)
     out = capsys.readouterr().out
-    assert "Running 18 notebook(s) on cpu, preset smoke (batch size 8,32, scale 1)" in out
-    assert "[2/18] pytorch, fp32, batch 32" in out
+    assert "Running 20 notebook(s) on cpu, preset smoke (batch size 8,32, scale 1)" in out
+    assert "[2/20] pytorch, fp32, batch 32" in out
 
 
 def test_profile_reaches_the_notebook_parameters(planned_runs, tmp_path):

@@ -75,13 +75,14 @@ PROG = "gpu_session.py"
 #: the rows worth a lent GPU, in order of value (TensorFlow, MXNet and CNTK cannot run on its image): after JAX's
 #: fp32 row, its three variants that aim at its speed on a GPU (both directions in one scan, the input products and
 #: dL/dU out of it: the chain of dependent steps halved, and on a CPU the whole model 3.2 x faster; the input
-#: products out of the scans alone: 2.2 x on a CPU; the scans' loops in CUDA graphs); last, the PyTorch variant that
-#: runs a layer's two directions as one recurrence, at the precisions where cuDNN runs them one after the other (the
-#: H100's and H200's latency figures): short rows that fill what the others leave.  The first JAX row of record is
-#: run twice (:func:`with_repeat`)
+#: products out of the scans alone: 2.2 x on a CPU; the scans' loops in CUDA graphs); last, the PyTorch variants that
+#: run a layer's two directions as one recurrence, at the precisions where cuDNN runs them one after the other (the
+#: H100's and H200's latency figures), first inside the CUDA graphs (the eager loop's launches would take longer
+#: than its tf32 and bf16 steps), then eager: short rows that fill what the others leave.  The first JAX row of
+#: record is run twice (:func:`with_repeat`)
 DEFAULT_ROWS = ("pytorch:fp32,pytorch:tf32,pytorch:bf16,jax:fp32,jax+bidir2:fp32,jax+hoist:fp32,jax+graphs:fp32,"
-                "jax:tf32,jax:bf16,keras-jax:fp32,keras-jax:tf32,keras-jax:bf16,keras-torch:fp32,pytorch+bidir2:tf32,"
-                "pytorch+bidir2:bf16")
+                "jax:tf32,jax:bf16,keras-jax:fp32,keras-jax:tf32,keras-jax:bf16,keras-torch:fp32,"
+                "pytorch+bidir2+graphs:bf16,pytorch+bidir2+graphs:tf32,pytorch+bidir2:tf32,pytorch+bidir2:bf16")
 #: what a device session leaves out of every notebook (run_all.py --skip): nothing the GPU adds to
 SKIP = "export,onnx,forward"
 #: seconds of the deadline kept for the end: a killed row's grace, the last append, the clocks after the rows
@@ -110,6 +111,7 @@ DEFAULT_WALL_S = {
         "keras-jax": 340,       # no GPU record: XLA compiles the same 15 shapes (on a CPU its warm-up is jax's)
         "keras-torch": 400,     # no GPU record: eager, SimpleRNN a Python loop over the steps; the longest guess
         "pytorch": 120,         # its H200 records: 94 s with the export, ONNX and forward timing, 48-70 s without
+        "pytorch+bidir2+graphs": 120,   # no GPU record: pytorch+graphs's took 33-70 s, pytorch+bidir2's 68 s
     },
     ("smoke", "cpu"): {"pytorch": 60, "jax": 160, "keras-jax": 160, "keras-torch": 60},
 }

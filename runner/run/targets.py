@@ -110,6 +110,7 @@ _VARIANTS = [
     ("pytorch+compile", "pytorch", "PyTorch (torch.compile)", "compile"),
     ("pytorch+graphs", "pytorch", "PyTorch (CUDA graphs)", "graphs"),
     ("pytorch+bidir2", "pytorch", "PyTorch (RNN directions batched)", "bidir2"),
+    ("pytorch+bidir2+graphs", "pytorch", "PyTorch (RNN directions batched, in CUDA graphs)", "bidir2+graphs"),
     ("tensorflow+xla", "tensorflow", "TensorFlow (tf.keras, XLA)", "xla"),
     ("mxnet+static", "mxnet", "MXNet (Gluon, static_shape)", "static"),
     ("jax+unroll", "jax", "JAX (Flax NNX, unrolled scan)", "unroll"),
@@ -124,6 +125,8 @@ _VARIANTS = [
 _GPU_ONLY = {
     "pytorch+graphs": "variant graphs needs a CUDA GPU: it replays the training step from CUDA graphs "
                       "(torch.cuda.CUDAGraph), which a CPU does not have",
+    "pytorch+bidir2+graphs": "variant bidir2+graphs needs a CUDA GPU: it replays the training step from CUDA "
+                             "graphs (torch.cuda.CUDAGraph), which a CPU does not have",
     "jax+graphs": "variant graphs needs a CUDA GPU: XLA records the scans' loops into CUDA graphs (its command "
                   "buffers), which a CPU does not have",
 }
