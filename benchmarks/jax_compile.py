@@ -33,6 +33,8 @@ import of JAX, and nothing a setting compiled or autotuned carries into the next
 - ``hoist`` and ``bidir2``: ``threads`` with the notebook's variant of that name (section 4: the input products out
   of the scans; both directions in one scan as well, and dL/dU after it), so that the steps against ``threads``
   say what each variant buys on a few shapes, before a whole row is spent on it;
+- ``bidir2_graphs``: ``bidir2`` with ``graphs``'s flag: the one scan per layer, its loop in a CUDA graph (the two
+  levers together, which no notebook row runs: against ``bidir2`` and ``graphs`` it says whether they add up);
 
 ``--autotune-results FILE`` (a card's committed results) has every setting but ``dump``, ``loaded`` and
 ``autotune0`` read them first, so that a comparison of steps (``threads``, ``graphs``, ``hoist``, ``bidir2``) spends
@@ -69,6 +71,7 @@ SETTINGS = {
     "graphs": {"threads": None, "first": False, "xla_flags": LOOP_GRAPHS_FLAG},     # the JAX notebook's variant
     "hoist": {"threads": None, "first": False, "xla_flags": "", "variant": "hoist"},   # the notebook's variants
     "bidir2": {"threads": None, "first": False, "xla_flags": "", "variant": "bidir2"},
+    "bidir2_graphs": {"threads": None, "first": False, "xla_flags": LOOP_GRAPHS_FLAG, "variant": "bidir2"},
 }
 #: the autotuning results ``dump`` writes and ``loaded`` reads (text format: XLA picks it by the file's extension)
 AUTOTUNE_FILE = "autotune_results.textproto"

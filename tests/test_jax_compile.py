@@ -58,6 +58,8 @@ def test_the_autotuning_settings_name_the_file_one_writes_and_the_other_reads(tm
     assert jc.setting_flags("threads", path, card) == jc.setting_flags("bidir2", path, card) == load
     graphs = jc.setting_flags("graphs", path, card).split()
     assert graphs == ["--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL", load]
+    assert jc.setting_flags("bidir2_graphs", path, card).split() == graphs          # graphs's flag, bidir2's model
+    assert jc.SETTINGS["bidir2_graphs"]["variant"] == jc.SETTINGS["bidir2"]["variant"] == "bidir2"
     assert jc.setting_flags("dump", path, card) == jc.setting_flags("dump", path)
     assert jc.setting_flags("autotune0", path, card) == "--xla_gpu_autotune_level=0"
     (tmp_path / jc.AUTOTUNE_FILE).write_text("version: 3\nresults {\n  device: \"x\"\n}\nresults {\n}\n")
