@@ -127,8 +127,14 @@ def test_two_runs_drawing_the_same_plot_at_once_both_succeed(tmp_path):
     for p in procs:
         p.start()
     start.set()
-    for p in procs:
-        p.join(120)
+    try:
+        for p in procs:
+            p.join(120)
+    finally:
+        for p in procs:                                   # none outlives the test
+            if p.is_alive():
+                p.kill()
+                p.join()
     assert [p.exitcode for p in procs] == [0, 0]
     assert open(path, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
     assert oct(os.stat(path).st_mode & 0o777) == oct(0o644)
