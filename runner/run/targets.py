@@ -121,12 +121,13 @@ _VARIANTS = [
 ]
 
 
+#: why a PyTorch variant that replays CUDA graphs (its ``variant`` named in) does not run on a CPU
+_TORCH_GRAPHS = ("variant %s needs a CUDA GPU: it replays the training step from CUDA graphs (torch.cuda.CUDAGraph), "
+                 "which a CPU does not have")
 #: variants that run on a CUDA GPU only, with the reason run_all.py gives for not running them on a CPU
 _GPU_ONLY = {
-    "pytorch+graphs": "variant graphs needs a CUDA GPU: it replays the training step from CUDA graphs "
-                      "(torch.cuda.CUDAGraph), which a CPU does not have",
-    "pytorch+bidir2+graphs": "variant bidir2+graphs needs a CUDA GPU: it replays the training step from CUDA "
-                             "graphs (torch.cuda.CUDAGraph), which a CPU does not have",
+    "pytorch+graphs": _TORCH_GRAPHS % "graphs",
+    "pytorch+bidir2+graphs": _TORCH_GRAPHS % "bidir2+graphs",
     "jax+graphs": "variant graphs needs a CUDA GPU: XLA records the scans' loops into CUDA graphs (its command "
                   "buffers), which a CPU does not have",
 }
