@@ -207,3 +207,52 @@ def test_no_page_or_source_cites_an_issue_number():
     out = subprocess.run(["git", "grep", "-n", "-i", "issue" + " #", "--", ".", ":!CHANGELOG.md", ":!*.ipynb"],
                          cwd=ROOT, stdout=subprocess.PIPE, universal_newlines=True).stdout
     assert out == "", out
+
+
+PROJECT_PATH = re.compile(r"(?<![\w./-])((?:runner|common|tools|benchmarks|tests|envs|docs|notebooks)/[\w/.-]+"
+                          r"\.(?:py|sh|md|txt|ipynb|json|gz|html|yml|png|textproto))")
+NOT_THIS_REPOSITORY = {
+    "tools/launch.py": "MXNet's own launcher, named by docs/data-parallel.md",
+    "tests/test_x.py": "docs/running.md's example of a file name",
+    "envs/x.txt": "a made-up requirements file in tests/test_installer.py",
+}
+
+
+def missing_project_paths(texts):
+    """The paths into this repository that ``texts`` ({file: text}) name and a clone lacks; a name in capitals
+    (``notebooks/NAME.ipynb``) is a pattern, not a path."""
+    bad = []
+    for source, text in sorted(texts.items()):
+        for path in sorted(set(PROJECT_PATH.findall(text))):
+            if path in NOT_THIS_REPOSITORY or re.search(r"/[^/]*[A-Z]{4}", path.replace("_DS2", "")):
+                continue
+            if not os.path.exists(os.path.join(ROOT, path)):
+                bad.append("%s names %s, which a clone lacks" % (source, path))
+    return bad
+
+
+def test_every_path_a_page_pin_or_source_names_exists():
+    """A comment, page or message that names one of the project's files (``runner/envs/gpu_preflight.py``) names
+    one that is there: a module moved or renamed leaves no pointer to where it was. Records of past runs
+    (results/) and the CHANGELOG's history keep the names of their day; the made-up files of tests/test_tier.py
+    and of this file's own checks are not paths."""
+    names = subprocess.run(["git", "ls-files", "-z", "--", ".", ":!results", ":!CHANGELOG.md", ":!tests/test_tier.py",
+                            ":!tests/test_docs.py"],
+                           cwd=ROOT, stdout=subprocess.PIPE, universal_newlines=True, check=True).stdout.split("\0")
+    texts = {}
+    for name in filter(None, names):
+        if name.endswith((".png", ".gz", ".whl")):
+            continue
+        try:
+            with open(os.path.join(ROOT, name), encoding="utf-8") as f:
+                texts[name] = f.read()
+        except (UnicodeDecodeError, FileNotFoundError):
+            continue
+    assert len(texts) > 100
+    assert missing_project_paths(texts) == []
+
+
+def test_the_path_check_finds_a_moved_module():
+    texts = {"envs/a.txt": "# the preflight (runner/preflight.py) decides; runner/envs/gpu_preflight.py",
+             "docs/x.md": "`python docs/translations/ds2_NAME.py` or notebooks/PyTorch_DS2.ipynb"}
+    assert missing_project_paths(texts) == ["envs/a.txt names runner/preflight.py, which a clone lacks"]
