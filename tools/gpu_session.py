@@ -647,6 +647,11 @@ def errors_of(args) -> List[str]:
     twice = [pair for i, pair in enumerate(named) if pair in named[:i]]
     if twice:
         errors.append("--estimate %s:%s is given twice; give each row once" % twice[0])
+    rows = ["%s:%s" % tuple(r) for r in args.rows]
+    unused = ["%s:%s" % tuple(pair) for pair in named if "%s:%s" % tuple(pair) not in rows]
+    if unused:
+        errors.append("--estimate %s names a row the session does not run; its rows: %s"
+                      % (unused[0], ",".join(dict.fromkeys(rows))))
     if args.scratch and validate.results_dir_error("--scratch", args.scratch):
         errors.append(validate.results_dir_error("--scratch", args.scratch))
     return errors
