@@ -110,7 +110,8 @@ DEFAULT_WALL_S = {
         "jax+graphs": 340,      # no GPU record: the row of record's programs, the loops in command buffers
         "keras-jax": 340,       # no GPU record: XLA compiles the same 15 shapes (on a CPU its warm-up is jax's)
         "keras-torch": 400,     # no GPU record: eager, SimpleRNN a Python loop over the steps; the longest guess
-        "pytorch": 120,         # its H200 records: 94 s with the export, ONNX and forward timing, 48-70 s without
+        "pytorch": 120,         # the first H200 run (2026-11-26): 94 s with the export, ONNX and forward timing;
+                                # the device sessions' records 44-65 s without them
         "pytorch+bidir2+graphs": 120,   # no GPU record: pytorch+graphs's took 33-70 s, pytorch+bidir2's 68 s
     },
     ("smoke", "cpu"): {"pytorch": 60, "jax": 160, "keras-jax": 160, "keras-torch": 60},
