@@ -720,3 +720,26 @@ def test_records_of_other_lengths_than_the_preset_keeps_are_their_own_group(tmp_
     assert "smoke, 15 lengths = the smoke preset's model on 15 lengths: 100 utterances, 594 s of audio" in summary
     speed = md.split("## Speed and efficiency")[1].split("## Measured matrix-product peak")[0]
     assert "### smoke (scale 1" in speed and "### smoke, 15 lengths (scale 1" in speed
+
+
+def test_the_step_time_fit_recovers_a_line_and_leaves_out_what_is_not_one():
+    line = {str(s): {"median_ms": 7.5 + 23.0 * s} for s in range(1, 16)}
+    fit = tables.step_time_fit(line)
+    assert fit["fixed_ms"] == pytest.approx(7.5) and fit["ms_per_s"] == pytest.approx(23.0)
+    assert fit["r2"] == pytest.approx(1.0) and fit["lengths"] == 15
+    assert tables.step_time_fit({"1": {"median_ms": 5.0}, "2": {"median_ms": 6.0}}) is None       # two points
+    assert tables.step_time_fit({str(s): {"median_ms": 5.0} for s in (1, 2, 3)}) is None           # flat
+    assert tables.step_time_fit({"1": {"median_ms": None}, "2": {}, "3": {"median_ms": 1.0}}) is None
+    # a CPU-like run whose steps fall again at the longest lengths: no line to speak of
+    humped = {str(s): {"median_ms": 100.0 * min(s, 16 - s)} for s in range(1, 16)}
+    assert tables.step_time_fit(humped)["r2"] < tables.FIT_MIN_R2
+    linear = fixture_record("pytorch", "PyTorch", LOSSES, 500.0, device="NVIDIA H100", dtype="cuda")
+    linear["timing"]["per_length"] = line
+    humpy = fixture_record("jax", "JAX", LOSSES, 300.0)
+    humpy["timing"]["per_length"] = humped
+    rows = {r["Row"].split()[0]: r for r in tables.step_time_rows([linear, humpy])}
+    assert rows["pytorch"]["Fixed ms"] == pytest.approx(7.5)
+    assert rows["pytorch"]["ms per s of audio"] == pytest.approx(23.0)
+    assert rows["jax"]["Fixed ms"] is None and rows["jax"]["ms per s of audio"] is None
+    table = report_records.md_table(list(rows.values()), {"Fixed ms": "{:.1f}", "ms per s of audio": "{:.2f}"})
+    assert "| 7.5 | 23.00 |" in table and "| – | – |" in table

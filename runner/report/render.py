@@ -42,7 +42,7 @@ from runner.report.provenance import environment_rows, provenance_rows
 from runner.report.records import K_STEPS, dp_label, md_table
 from runner.report.gpu_facts import TITLE, before_you_rent
 from runner.report.latency import load_latency
-from runner.report.tables import (peak_section, profile_rows, record_tables, speed_section, step_time_rows,
+from runner.report.tables import (FIT_MIN_R2, peak_section, profile_rows, record_tables, speed_section, step_time_rows,
                                   summary_section)
 
 
@@ -117,9 +117,14 @@ def _speed_lines(records, image, latency=None) -> List[str]:
         or "_No preset ran on one device with more than one batch size._\n",
         "## Step time per utterance length",
         "",
-        "Median milliseconds per training step, by utterance length (seconds).",
+        "Median milliseconds per training step, by utterance length (seconds). Fixed ms and ms per s of audio: the "
+        "least-squares line through a row's medians, step = fixed + (ms per s) x seconds of audio: what a step "
+        "costs whatever its length (launches, CTC, the update, host copies) and what each second of audio adds "
+        "(the recurrence above all); shown where the line explains at least %d %% of the medians' variance "
+        "(R²), else –." % round(100 * FIT_MIN_R2),
         "",
-        md_table(step_time_rows(records), {"%d s" % s: "{:.1f}" for s in range(1, 16)}),
+        md_table(step_time_rows(records), dict({"%d s" % s: "{:.1f}" for s in range(1, 16)},
+                                               **{"Fixed ms": "{:.1f}", "ms per s of audio": "{:.2f}"})),
         image("step_time", "ms per step against utterance length"),
         "## Where the time goes",
         "",

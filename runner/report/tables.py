@@ -345,12 +345,41 @@ def profile_rows(records: List[dict]) -> List[OrderedDict]:
     return rows
 
 
+#: the least R² of the fit that step_time_rows shows: below it the steps do not grow as a line with the length
+FIT_MIN_R2 = 0.95
+
+
+def step_time_fit(per_length: dict) -> Optional[dict]:
+    """The least-squares line through a record's median step times against the utterance length: ``{"fixed_ms",
+    "ms_per_s", "r2", "lengths"}`` (ms = fixed_ms + ms_per_s x seconds of audio), or None with fewer than 3 lengths
+    or steps that do not vary. fixed_ms is what a step costs whatever its length (launches, CTC, the update, host
+    copies), ms_per_s what each second of audio adds (the recurrence's steps above all)."""
+    points = [(float(s), float(v["median_ms"])) for s, v in (per_length or {}).items()
+              if isinstance(v, dict) and isinstance(v.get("median_ms"), (int, float))]
+    n = len(points)
+    if n < 3:
+        return None
+    mx, my = sum(x for x, _ in points) / n, sum(y for _, y in points) / n
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    syy = sum((y - my) ** 2 for _, y in points)
+    if sxx == 0 or syy == 0:
+        return None
+    slope = sum((x - mx) * (y - my) for x, y in points) / sxx
+    fixed = my - slope * mx
+    residual = sum((y - fixed - slope * x) ** 2 for x, y in points)
+    return {"fixed_ms": fixed, "ms_per_s": slope, "r2": 1.0 - residual / syy, "lengths": n}
+
+
 def step_time_rows(records: List[dict]) -> List[OrderedDict]:
     rows = []
     for rec in _ok(records):
         per = rec["timing"].get("per_length") or {}
         row = OrderedDict([("Row", _label(rec)), ("Device", (rec.get("device") or {}).get("name")),
                            ("Preset", rec.get("preset")), ("Batch", rec.get("batch_size"))])
+        fit = step_time_fit(per)
+        shown = fit is not None and fit["r2"] >= FIT_MIN_R2
+        row["Fixed ms"] = fit["fixed_ms"] if shown else None
+        row["ms per s of audio"] = fit["ms_per_s"] if shown else None
         for s in range(1, 16):
             row["%d s" % s] = (per.get(str(s)) or {}).get("median_ms")
         rows.append(row)
