@@ -743,3 +743,17 @@ def test_the_step_time_fit_recovers_a_line_and_leaves_out_what_is_not_one():
     assert rows["jax"]["Fixed ms"] is None and rows["jax"]["ms per s of audio"] is None
     table = report_records.md_table(list(rows.values()), {"Fixed ms": "{:.1f}", "ms per s of audio": "{:.2f}"})
     assert "| 7.5 | 23.00 |" in table and "| – | – |" in table
+
+
+def test_an_experiment_whose_runs_skipped_the_onnx_export_is_not_counted_as_failed_exports(tmp_path):
+    from runner.report import checks
+    def onnx(status):
+        return {"status": status, "vs_framework": {"max_rel": 2e-6}, "vs_reference": {"max_rel": 1e-6}}
+    for name, statuses in (("skipped_all", ["skipped", "skipped"]), ("mixed", ["ok", "failed", "skipped"])):
+        d = tmp_path / "experiments" / name / "records"
+        d.mkdir(parents=True)
+        for i, status in enumerate(statuses):
+            results.write_record(str(d / ("r%d.json" % i)),
+                                 fixture_record("pytorch", "PyTorch", LOSSES, 500.0, onnx=onnx(status)))
+    lines = checks.experiment_onnx_lines(str(tmp_path), str(tmp_path / "results.md"))
+    assert len(lines) == 1 and lines[0].startswith("- [experiments/mixed](experiments/mixed): 1 of 2 exports pass")

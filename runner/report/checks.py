@@ -133,13 +133,15 @@ def onnx_rows(records: List[dict]) -> List[OrderedDict]:
 
 
 def experiment_onnx_lines(results_dir: str, output: str) -> List[str]:
-    """A line per experiment directory (``<results>/experiments/*``) whose records have ONNX sections: a link and
-    its headline figures (how many exports pass, the largest differences)."""
+    """A line per experiment directory (``<results>/experiments/*``) whose records tried the ONNX export: a link
+    and its headline figures (how many exports pass, the largest differences). A record whose ONNX section says
+    ``skipped`` (a run with ``--skip onnx``) made no export and is not counted."""
     base = os.path.join(results_dir, "experiments")
     lines = []
     for name in sorted(os.listdir(base)) if os.path.isdir(base) else []:
         d = os.path.join(base, name, "records")
-        recs = [r for r in (results.scan_records(d)[0] if os.path.isdir(d) else []) if r.get("onnx")]
+        recs = [r for r in (results.scan_records(d)[0] if os.path.isdir(d) else [])
+                if r.get("onnx") and r["onnx"].get("status") != "skipped"]
         if not recs:
             continue
         ok = [r["onnx"] for r in recs if r["onnx"].get("status") == "ok"]
