@@ -687,6 +687,22 @@ def test_before_you_rent_a_gpu_says_what_ran_what_cannot_and_how_long_from_the_r
     assert "Run `python run_all.py --preset quick` first" in block
 
 
+def test_a_gpu_run_that_skipped_parts_says_its_time_is_without_them(tmp_path):
+    session = _gpu_record("pytorch", "PyTorch", 1300.0, as_is=True, precision="bf16")
+    session["options"] = {"skipped": ["export", "onnx", "forward"]}
+    lines = gpu_facts.time_lines([_gpu_record("pytorch", "PyTorch", 1300.0, as_is=True), session])
+    assert lines[1] == ("  - `pytorch` batch 32, NVIDIA H200: fp32 quick 100 s, deepmark about 11 min; bf16 quick "
+                        "100 s, deepmark about 11 min (figures without the export, ONNX and the forward timing)")
+    session["options"] = {"skipped": ["forward"]}
+    assert gpu_facts.time_lines([session])[1] == ("  - `pytorch` batch 32, NVIDIA H200: bf16 quick 100 s, deepmark "
+                                                  "about 11 min (figures without the forward timing)")
+    other = copy.deepcopy(session)
+    other["precision"] = "tf32"
+    assert gpu_facts.time_lines([session, other])[1].endswith(
+        "tf32 quick 100 s, deepmark about 11 min; bf16 quick 100 s, deepmark about 11 min (all figures without the "
+        "forward timing)")
+
+
 def test_before_you_rent_a_gpu_without_gpu_records_says_nothing_ran(tmp_path, records_dir):
     md = render.render(str(records_dir), "python -m runner.report", "abc", str(tmp_path / "results.md"))
     block = render.section_block(md, gpu_facts.TITLE, stop=("## ",))

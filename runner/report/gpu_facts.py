@@ -138,6 +138,19 @@ def wall_estimates(gpu: List[dict]) -> List[Tuple[dict, float, Optional[float]]]
     return out
 
 
+#: what a run left out (run_all.py --skip), as the time lines name it
+SKIPPED_PARTS = {"export": "the export", "onnx": "ONNX", "forward": "the forward timing"}
+
+
+def _without(rec: dict) -> str:
+    """``without the export, ONNX and the forward timing`` for a run that skipped them (a device session's): a
+    default run, which has them, takes longer. Empty for a run that left nothing out."""
+    skipped = [SKIPPED_PARTS.get(s, s) for s in ((rec.get("options") or {}).get("skipped") or [])]
+    if not skipped:
+        return ""
+    return "without %s" % (", ".join(skipped[:-1]) + " and " + skipped[-1] if len(skipped) > 1 else skipped[0])
+
+
 def time_lines(gpu: List[dict]) -> List[str]:
     est = wall_estimates(gpu)
     lines = ["- **How long a row takes:** "]
@@ -150,9 +163,15 @@ def time_lines(gpu: List[dict]) -> List[str]:
                  % (PRESETS["quick"].purpose, PRESETS["deepmark"].purpose))
     key = lambda r: (r.get("target", ""), r.get("batch_size"), (r.get("device") or {}).get("name"))
     for (target, batch, card), runs in _by_row(est, key, record=lambda run: run[0]).items():
-        lines.append("  - `%s` batch %s, %s: %s" % (target, batch, card, "; ".join(
-            "%s quick %s, deepmark about %s" % (rec.get("precision"), _minutes(quick), _minutes(deepmark))
-            for rec, quick, deepmark in runs)))
+        left_out = {_without(rec) for rec, _, _ in runs}
+        shared = len(left_out) == 1                          # every run of the line left out the same, said once
+        entries = ["%s quick %s, deepmark about %s%s" % (rec.get("precision"), _minutes(quick), _minutes(deepmark),
+                                                         "" if shared or not _without(rec) else " (figures %s)" % _without(rec))
+                   for rec, quick, deepmark in runs]
+        said_once = next(iter(left_out)) if shared else ""
+        if said_once:
+            said_once = " (%sfigures %s)" % ("" if len(runs) == 1 else "all ", said_once)
+        lines.append("  - `%s` batch %s, %s: %s%s" % (target, batch, card, "; ".join(entries), said_once))
     return lines
 
 
