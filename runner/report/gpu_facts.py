@@ -165,9 +165,11 @@ def time_lines(gpu: List[dict]) -> List[str]:
     for (target, batch, card), runs in _by_row(est, key, record=lambda run: run[0]).items():
         left_out = {_without(rec) for rec, _, _ in runs}
         shared = len(left_out) == 1                          # every run of the line left out the same, said once
-        entries = ["%s quick %s, deepmark about %s%s" % (rec.get("precision"), _minutes(quick), _minutes(deepmark),
-                                                         "" if shared or not _without(rec) else " (figures %s)" % _without(rec))
-                   for rec, quick, deepmark in runs]
+        entries = []
+        for rec, quick, deepmark in runs:
+            own = "" if shared or not _without(rec) else " (figures %s)" % _without(rec)
+            entries.append("%s quick %s, deepmark about %s%s" % (rec.get("precision"), _minutes(quick),
+                                                                 _minutes(deepmark), own))
         said_once = next(iter(left_out)) if shared else ""
         if said_once:
             said_once = " (%sfigures %s)" % ("" if len(runs) == 1 else "all ", said_once)
