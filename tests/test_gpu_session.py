@@ -240,6 +240,16 @@ def test_the_default_rows_put_the_cards_gaps_first(tmp_path):
         ("jax", "fp32"), ("pytorch", "tf32"), ("pytorch", "fp32"), ("jax", "bf16")]     # the H100's own record
 
 
+def test_the_default_rows_repeat_a_jax_row_only_where_its_first_run_writes_autotuning_results(tmp_path):
+    d = tmp_path / "records"
+    write_record(d, "a.json")                                                    # pytorch fp32 on the H200: done
+    rows = gpu_session.rows_list("pytorch:fp32,jax+bidir2:fp32,jax:fp32,keras-jax:fp32")
+    assert gpu_session.default_session_rows(rows, "NVIDIA H200", "quick", 32, False, str(d)) == [
+        ("jax+bidir2", "fp32"), ("jax", "fp32"), ("jax", "fp32"), ("keras-jax", "fp32"), ("pytorch", "fp32")]
+    assert gpu_session.default_session_rows(rows, "NVIDIA H200", "quick", 32, True, str(d)) == [
+        ("jax+bidir2", "fp32"), ("jax", "fp32"), ("keras-jax", "fp32"), ("pytorch", "fp32")]
+
+
 def test_a_row_starts_only_when_its_estimate_fits_what_is_left():
     now = [100.0]
     clock = gpu_session.Deadline(300, reserve_s=20, clock=lambda: now[0])

@@ -30,9 +30,9 @@ whole file); they go into the tarball and are merged into the session's copy, so
 later run reads them once they are imported and committed. A JAX or Keras-on-JAX row named twice in ``--rows`` runs
 twice: the second run writes no results, so its warm-up is what a first run on this card takes once the first run's
 results are committed (the default rows run the first JAX row of record twice). ``--no-autotune-dump``: no row
-writes results (a call made after the results of an earlier one were imported); ``--no-latency``: no step 2 (a
-second call on a card whose figures the first measured). The newest run of a row is its row:
-``tools/import_session.py`` keeps its record; ``summary.tsv`` and ``session.log`` have both.
+writes results (a call made after the results of an earlier one were imported), and no row runs twice;
+``--no-latency``: no step 2 (a second call on a card whose figures the first measured). The newest run of a row is
+its row: ``tools/import_session.py`` keeps its record; ``summary.tsv`` and ``session.log`` have both.
 
 What comes back (:data:`OUT_FILES`, six files): ``session.tar`` (``records/``, ``notebooks/``, ``logs/``,
 ``latency/``, ``autotune/``: ``tools/import_session.py`` brings it into a results directory, where
@@ -195,6 +195,15 @@ def gaps_first(rows: List[Tuple[str, str]], card: str, preset: str, batch_size: 
     done = {(rec.get("target"), rec.get("precision")) for _, rec in ok_records(records_dir, preset, batch_size)
             if (rec.get("device") or {}).get("name") == card}
     return [r for r in rows if r not in done] + [r for r in rows if r in done]
+
+
+def default_session_rows(rows: List[Tuple[str, str]], card: str, preset: str, batch_size: int, no_autotune_dump: bool,
+                         records_dir: str = os.path.join(ROOT, "results", "records")) -> List[Tuple[str, str]]:
+    """The default rows as a session runs them: this card's gaps first (:func:`gaps_first`), and the first JAX row
+    of record twice (:func:`with_repeat`) unless ``--no-autotune-dump``, where no first run writes what a second
+    would read."""
+    rows = gaps_first(rows, card, preset, batch_size, records_dir)
+    return rows if no_autotune_dump else with_repeat(rows)
 
 
 def with_repeat(rows: List[Tuple[str, str]]) -> List[Tuple[str, str]]:
@@ -644,6 +653,11 @@ def errors_of(args) -> List[str]:
             errors.append("without --wheelhouse the runner runs in this interpreter (%s), which lacks %s; give "
                           "--wheelhouse DIR with their wheels (tools/installed_offline.sh)" % (sys.executable,
                                                                                               ", ".join(missing)))
+    repeated = sorted({"%s:%s" % tuple(r) for r in args.rows if list(args.rows).count(r) > 1})
+    if repeated and args.no_autotune_dump:
+        errors.append("--rows names %s twice, but with --no-autotune-dump its first run writes no autotuning results "
+                      "for the second to read: the two runs would time the same thing; name it once"
+                      % repeated[0])
     named = [pair for pair, _ in args.estimate]
     twice = [pair for i, pair in enumerate(named) if pair in named[:i]]
     if twice:
@@ -682,9 +696,9 @@ def main(argv=None) -> int:
     if not args.wheelhouse:
         env["DS2_RUNNER"] = "current"
     card = gpus[0]["name"] if gpus else envinfo.cpu_model()
-    if default_rows:            # the rows without a record on this card first, the first JAX row twice
-        args.rows = with_repeat(gaps_first(args.rows, card, args.preset,
-                                           args.batch_size or get_preset(args.preset).batch_size))
+    if default_rows:
+        args.rows = default_session_rows(args.rows, card, args.preset,
+                                         args.batch_size or get_preset(args.preset).batch_size, args.no_autotune_dump)
     env[xla_autotune.RESULTS_ENV] = session_autotune(card, scratch)
     statuses, runs = [], {}
 
