@@ -653,7 +653,8 @@ def errors_of(args) -> List[str]:
             errors.append("without --wheelhouse the runner runs in this interpreter (%s), which lacks %s; give "
                           "--wheelhouse DIR with their wheels (tools/installed_offline.sh)" % (sys.executable,
                                                                                               ", ".join(missing)))
-    repeated = sorted({"%s:%s" % tuple(r) for r in args.rows if list(args.rows).count(r) > 1})
+    rows = ["%s:%s" % tuple(r) for r in args.rows]
+    repeated = sorted({r for r in rows if rows.count(r) > 1})
     if repeated and args.no_autotune_dump:
         errors.append("--rows names %s twice, but with --no-autotune-dump its first run writes no autotuning results "
                       "for the second to read: the two runs would time the same thing; name it once"
@@ -662,7 +663,6 @@ def errors_of(args) -> List[str]:
     twice = [pair for i, pair in enumerate(named) if pair in named[:i]]
     if twice:
         errors.append("--estimate %s:%s is given twice; give each row once" % twice[0])
-    rows = ["%s:%s" % tuple(r) for r in args.rows]
     unused = ["%s:%s" % tuple(pair) for pair in named if "%s:%s" % tuple(pair) not in rows]
     if unused:
         errors.append("--estimate %s names a row the session does not run; its rows: %s"
