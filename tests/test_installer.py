@@ -425,3 +425,21 @@ def test_where_the_filesystem_has_no_locks_the_environment_is_made_unlocked(tmp_
     with bootstrap.env_lock(str(tmp_path / "venvs" / "pytorch-cpu"), announce=entered.append):
         entered.append("made")
     assert entered == ["made"]
+
+
+def test_registering_a_kernel_leaves_nothing_in_the_temporary_folder(tmp_path, monkeypatch):
+    """ipykernel's install stages the kernel spec in a tempfile.mkdtemp() folder and leaves that folder behind: the
+    registration gives it a temporary folder of its own, removed afterwards."""
+    python = os.path.join(ROOT, ".venvs", "pytorch-cpu", "bin", "python")
+    if not os.path.exists(python):
+        pytest.fail("no PyTorch CPU environment at %s: make it with `python run_all.py --setup-only --frameworks "
+                    "pytorch`" % python)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    monkeypatch.setattr(framework_envs, "kernels_prefix", lambda: str(tmp_path / "prefix"))
+    framework_envs.register_kernel(ENVS["pytorch"], os.path.join(ROOT, ".venvs", "pytorch-cpu"), "ds2-test-kernel",
+                                   "3.11", str(tmp_path / "log"))
+    spec = tmp_path / "prefix" / "share" / "jupyter" / "kernels" / "ds2-test-kernel" / "kernel.json"
+    assert spec.exists() and '"PYTHONNOUSERSITE": "1"' in spec.read_text()
+    assert os.listdir(str(tmp)) == []

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from typing import Callable, List, Optional, Tuple
@@ -349,9 +350,11 @@ def _kernel_env_current(env: Env, path: str, spec_file: str) -> bool:
 def register_kernel(env: Env, path: str, name: str, version: str, log: str) -> None:
     py = env_python(path)
     extra = env.kernel_env(path) if env.kernel_env else {}
-    run_logged([py, "-m", "ipykernel", "install", "--prefix", kernels_prefix(), "--name", name,
-                "--display-name", "DS2 %s (Python %s)" % (env.label, version)],
-               log, "registering the Jupyter kernel %s" % name, env=dict(os.environ, **extra))
+    # ipykernel stages the spec in a tempfile.mkdtemp() folder and leaves that folder behind, empty: here, one of ours
+    with tempfile.TemporaryDirectory(prefix="ds2-kernelspec-") as staging:
+        run_logged([py, "-m", "ipykernel", "install", "--prefix", kernels_prefix(), "--name", name,
+                    "--display-name", "DS2 %s (Python %s)" % (env.label, version)],
+                   log, "registering the Jupyter kernel %s" % name, env=dict(dict(os.environ, **extra), TMPDIR=staging))
     spec_file = os.path.join(kernels_prefix(), "share", "jupyter", "kernels", name, "kernel.json")
     with open(spec_file) as f:
         spec = json.load(f)
