@@ -296,3 +296,32 @@ def test_no_latency_leaves_the_benchmark_out_and_says_so(tmp_path):
     assert "latency: not run (--no-latency)" in (tmp_path / "out" / "session.log").read_text()
     with tarfile.open(out.path["session.tar"]) as t:
         assert t.getnames() == []
+
+
+def test_a_row_whose_autotuning_results_this_card_has_is_estimated_with_a_quarter_of_its_warm_up(tmp_path):
+    """A committed run of the row on this card that wrote XLA's autotuning results, now in the card's file: the next
+    run reads them, so its estimate takes REPEAT_WARMUP_SHARE of that run's warm-up, as a second run in a session.
+    Another card, another precision, a run that wrote nothing or a missing file: the estimate as before."""
+    d, tuned = tmp_path / "records", tmp_path / "autotune"
+    first = dict(target="jax", device={"type": "cuda", "name": "NVIDIA H100 80GB HBM3"}, run={"wall_s": 330.0},
+                 timing={"warmup_s": 208.0}, versions={"jaxlib": "0.11.2"},
+                 options={"xla_autotune": {"written": 1800, "loaded": None}})
+    write_record(d, "jax.json", **first)
+    write_record(d, "jax-h200.json", **dict(first, device={"type": "cuda", "name": "NVIDIA H200"},
+                                            run={"wall_s": 400.0}))
+    plain = gpu_session.estimate("jax", "fp32", "quick", 32, "cuda", str(d))
+    assert plain == (480, "jax-h200.json: run.wall_s 400 s")                      # ceil(1.15 x 400 + 20)
+    assert gpu_session.estimate("jax", "fp32", "quick", 32, "cuda", str(d), card="NVIDIA H100 80GB HBM3",
+                                autotune_dir=str(tuned)) == plain               # no card file: as before
+    (tuned / "jax-0.11.2").mkdir(parents=True)
+    (tuned / "jax-0.11.2" / "nvidia-h100-80gb-hbm3.textproto").write_text("version: 3\n")
+    est, source = gpu_session.estimate("jax", "fp32", "quick", 32, "cuda", str(d), card="NVIDIA H100 80GB HBM3",
+                                       autotune_dir=str(tuned))
+    assert est == 221 and source.startswith("jax.json: run.wall_s 330 s, warm-up 208 s taken at 25 %")  # 1.15x174+20
+    assert gpu_session.estimate("jax", "fp32", "quick", 32, "cuda", str(d), card="NVIDIA H200",
+                                autotune_dir=str(tuned)) == plain               # the H200 has no file
+    assert gpu_session.estimate("jax", "bf16", "quick", 32, "cuda", str(d), card="NVIDIA H100 80GB HBM3",
+                                autotune_dir=str(tuned))[1].endswith("(its fp32 row)")   # other programs
+    write_record(d, "jax.json", **dict(first, options={"xla_autotune": {"written": None, "loaded": "x"}}))
+    assert gpu_session.estimate("jax", "fp32", "quick", 32, "cuda", str(d), card="NVIDIA H100 80GB HBM3",
+                                autotune_dir=str(tuned)) == plain               # it wrote nothing

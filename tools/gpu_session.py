@@ -168,12 +168,40 @@ def committed_walls(records_dir: str, target: str, precision: str, preset: str, 
     return out
 
 
+def autotuned_run(records_dir: str, target: str, precision: str, preset: str, batch_size: int, card: str,
+                  autotune_dir: str) -> Optional[Tuple[float, float, str]]:
+    """(run.wall_s, warm-up s, file name) of the longest committed run of this row on this card that wrote XLA's
+    autotuning results (``options.xla_autotune.written``), where the card's file for that run's jaxlib is in
+    ``autotune_dir``: the next run of the row reads those results and autotunes little; else None."""
+    found = []
+    for path, rec in ok_records(records_dir, preset, batch_size):
+        tuned = (rec.get("options") or {}).get("xla_autotune") or {}
+        wall, warmup = (rec.get("run") or {}).get("wall_s"), (rec.get("timing") or {}).get("warmup_s")
+        jaxlib = (rec.get("versions") or {}).get("jaxlib")
+        if (rec.get("target") == target and rec.get("precision") == precision
+                and (rec.get("device") or {}).get("name") == card and tuned.get("written")
+                and isinstance(wall, (int, float)) and isinstance(warmup, (int, float)) and jaxlib
+                and os.path.isfile(xla_autotune.results_file(jaxlib, card, autotune_dir))):
+            found.append((float(wall), float(warmup), os.path.basename(path)))
+    return max(found) if found else None
+
+
 def estimate(target: str, precision: str, preset: str, batch_size: int, device_type: str,
-             records_dir: str = os.path.join(ROOT, "results", "records")) -> Tuple[int, str]:
-    """Seconds the row is expected to take, and where the figure comes from.  The longest run.wall_s of the
-    committed records of this row (:func:`committed_walls`); else of its fp32 row (the same shapes, the same
-    compilations); else :data:`DEFAULT_WALL_S` (:data:`UNKNOWN_WALL_S` for a row it lacks).  Then
+             records_dir: str = os.path.join(ROOT, "results", "records"), card: Optional[str] = None,
+             autotune_dir: str = xla_autotune.RESULTS_DIR) -> Tuple[int, str]:
+    """Seconds the row is expected to take, and where the figure comes from.  With ``card``, a committed run of
+    this row on it that wrote XLA's autotuning results, now in the card's file (:func:`autotuned_run`): its wall
+    seconds with :data:`REPEAT_WARMUP_SHARE` of its warm-up, as a row's second run in a session.  Else the longest
+    run.wall_s of the committed records of this row (:func:`committed_walls`); else of its fp32 row (the same
+    shapes, the same compilations); else :data:`DEFAULT_WALL_S` (:data:`UNKNOWN_WALL_S` for a row it lacks).  Then
     ``ceil(MARGIN x wall + START_S)``."""
+    tuned = autotuned_run(records_dir, target, precision, preset, batch_size, card, autotune_dir) if card else None
+    if tuned:
+        wall, warmup, name = tuned
+        seconds = MARGIN * max(0.0, wall - (1 - REPEAT_WARMUP_SHARE) * min(warmup, wall)) + START_S
+        return int(math.ceil(seconds)), ("%s: run.wall_s %.0f s, warm-up %.0f s taken at %d %%: this card's "
+                                         "autotuning results cover it" % (name, wall, warmup,
+                                                                          round(100 * REPEAT_WARMUP_SHARE)))
     for prec in (precision, "fp32"):
         walls = committed_walls(records_dir, target, prec, preset, batch_size, device_type)
         if walls:
@@ -489,7 +517,7 @@ def run_row(args, target: str, precision: str, out: Out, clock: Deadline, env: D
     elif repeat:
         est, source = repeat
     else:
-        est, source = estimate(target, precision, args.preset, batch, "cpu" if args.dry_run else "cuda")
+        est, source = estimate(target, precision, args.preset, batch, "cpu" if args.dry_run else "cuda", card=card)
     line = {"row": target, "precision": precision, "card": card, "estimate_s": est}
     label = "%s %s%s" % (target, precision, " (run %d)" % run if run > 1 else "")
     left = clock.left()
