@@ -304,8 +304,8 @@ def test_a_row_whose_autotuning_results_this_card_has_is_estimated_with_a_quarte
     Another card, another precision, a run that wrote nothing or a missing file: the estimate as before."""
     d, tuned = tmp_path / "records", tmp_path / "autotune"
     first = dict(target="jax", device={"type": "cuda", "name": "NVIDIA H100 80GB HBM3"}, run={"wall_s": 330.0},
-                 timing={"warmup_s": 208.0}, versions={"jaxlib": "0.11.2"},
-                 options={"xla_autotune": {"written": 1800, "loaded": None}})
+                 timing={"warmup_s": 208.0}, options={"xla_autotune": {"written": 1800, "loaded": None,
+                                                                        "jaxlib": "0.11.2"}})
     write_record(d, "jax.json", **first)
     write_record(d, "jax-h200.json", **dict(first, device={"type": "cuda", "name": "NVIDIA H200"},
                                             run={"wall_s": 400.0}))
@@ -322,6 +322,7 @@ def test_a_row_whose_autotuning_results_this_card_has_is_estimated_with_a_quarte
                                 autotune_dir=str(tuned)) == plain               # the H200 has no file
     assert gpu_session.estimate("jax", "bf16", "quick", 32, "cuda", str(d), card="NVIDIA H100 80GB HBM3",
                                 autotune_dir=str(tuned))[1].endswith("(its fp32 row)")   # other programs
-    write_record(d, "jax.json", **dict(first, options={"xla_autotune": {"written": None, "loaded": "x"}}))
+    write_record(d, "jax.json", **dict(first, options={"xla_autotune": {"written": None, "loaded": "x",
+                                                                        "jaxlib": "0.11.2"}}))
     assert gpu_session.estimate("jax", "fp32", "quick", 32, "cuda", str(d), card="NVIDIA H100 80GB HBM3",
                                 autotune_dir=str(tuned)) == plain               # it wrote nothing

@@ -177,7 +177,7 @@ def autotuned_run(records_dir: str, target: str, precision: str, preset: str, ba
     for path, rec in ok_records(records_dir, preset, batch_size):
         tuned = (rec.get("options") or {}).get("xla_autotune") or {}
         wall, warmup = (rec.get("run") or {}).get("wall_s"), (rec.get("timing") or {}).get("warmup_s")
-        jaxlib = (rec.get("versions") or {}).get("jaxlib")
+        jaxlib = tuned.get("jaxlib")                    # the JAX notebook's and the Keras notebook's on JAX
         if (rec.get("target") == target and rec.get("precision") == precision
                 and (rec.get("device") or {}).get("name") == card and tuned.get("written")
                 and isinstance(wall, (int, float)) and isinstance(warmup, (int, float)) and jaxlib
