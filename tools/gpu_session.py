@@ -198,10 +198,9 @@ def estimate(target: str, precision: str, preset: str, batch_size: int, device_t
     tuned = autotuned_run(records_dir, target, precision, preset, batch_size, card, autotune_dir) if card else None
     if tuned:
         wall, warmup, name = tuned
-        seconds = MARGIN * max(0.0, wall - (1 - REPEAT_WARMUP_SHARE) * min(warmup, wall)) + START_S
-        return int(math.ceil(seconds)), ("%s: run.wall_s %.0f s, warm-up %.0f s taken at %d %%: this card's "
-                                         "autotuning results cover it" % (name, wall, warmup,
-                                                                          round(100 * REPEAT_WARMUP_SHARE)))
+        return read_results_estimate(wall, warmup), ("%s: run.wall_s %.0f s, warm-up %.0f s taken at %d %%: this "
+                                                     "card's autotuning results cover it"
+                                                     % (name, wall, warmup, round(100 * REPEAT_WARMUP_SHARE)))
     for prec in (precision, "fp32"):
         walls = committed_walls(records_dir, target, prec, preset, batch_size, device_type)
         if walls:
@@ -250,9 +249,14 @@ def repeat_estimate(first: dict) -> Optional[Tuple[int, str]]:
     wall, warmup = first.get("wall_s"), first.get("warmup_s")
     if not isinstance(wall, (int, float)) or not isinstance(warmup, (int, float)):
         return None
-    seconds = MARGIN * max(0.0, wall - (1 - REPEAT_WARMUP_SHARE) * min(warmup, wall)) + START_S
-    return int(math.ceil(seconds)), ("this session's first run: %.0f s, warm-up %.0f s, taken at %d %%"
-                                     % (wall, warmup, round(100 * REPEAT_WARMUP_SHARE)))
+    return read_results_estimate(wall, warmup), ("this session's first run: %.0f s, warm-up %.0f s, taken at %d %%"
+                                                 % (wall, warmup, round(100 * REPEAT_WARMUP_SHARE)))
+
+
+def read_results_estimate(wall: float, warmup: float) -> int:
+    """The estimate of a run that reads the autotuning results an earlier run of its row wrote: ``ceil(MARGIN x
+    (wall - (1 - REPEAT_WARMUP_SHARE) x warm-up) + START_S)`` from that run's wall and warm-up seconds."""
+    return int(math.ceil(MARGIN * max(0.0, wall - (1 - REPEAT_WARMUP_SHARE) * min(warmup, wall)) + START_S))
 
 
 def fits(estimate_s: float, left_s: float) -> bool:
