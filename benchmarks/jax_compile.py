@@ -36,9 +36,17 @@ import of JAX, and nothing a setting compiled or autotuned carries into the next
 - ``bidir2_graphs``: ``bidir2`` with ``graphs``'s flag: the one scan per layer, its loop in a CUDA graph (the two
   levers together, which no notebook row runs: against ``bidir2`` and ``graphs`` it says whether they add up);
 
-``--autotune-results FILE`` (a card's committed results) has every setting but ``dump``, ``loaded`` and
-``autotune0`` read them first, so that a comparison of steps (``threads``, ``graphs``, ``hoist``, ``bidir2``) spends
-seconds, not minutes, compiling; what the file lacks (a variant's own products) is autotuned as usual.
+- ``perfusion``: ``threads`` with XLA's per-fusion autotuning cache in an empty folder
+  (``--xla_gpu_per_fusion_autotune_cache_dir``, what JAX's persistent cache uses: one file per fusion, each written
+  whole, so threads may write at once), and ``perfusion_read``: ``threads`` in a fresh process with that folder, now
+  filled: whether XLA reads such files back, which would let a run that keeps its autotuning results compile on
+  every core instead of one program at a time as ``dump`` does (the JSON holds the file count and one file's text;
+  on a CPU XLA writes none and ``perfusion_read`` is skipped with that reason).
+
+``--autotune-results FILE`` (a card's committed results) has every setting but ``dump``, ``loaded``, ``autotune0``
+and the two ``perfusion`` ones read them first, so that a comparison of steps (``threads``, ``graphs``, ``hoist``,
+``bidir2``) spends seconds, not minutes, compiling; what the file lacks (a variant's own products) is autotuned as
+usual.
 
 And, for each, the median of ``--steps`` training steps per shape (what a lever costs in speed).  The
 model, loss, optimizer and training step are the notebook's own cells (sections 4, 6 and 7), at ``--precision``;
@@ -60,6 +68,8 @@ from common import xla_autotune  # noqa: E402  (no framework import)
 from common.compile_cache import LOOP_GRAPHS_FLAG  # noqa: E402
 
 NOTEBOOK = os.path.join(ROOT, "notebooks", "JAX_Flax_DS2.ipynb")
+#: XLA's per-fusion autotuning cache: a folder of one file per fusion, each written whole (a temporary file renamed)
+PER_FUSION_FLAG = "--xla_gpu_per_fusion_autotune_cache_dir"
 SETTINGS = {
     "serial": {"threads": 1, "first": False, "xla_flags": ""},
     "threads": {"threads": None, "first": False, "xla_flags": ""},
@@ -72,22 +82,39 @@ SETTINGS = {
     "hoist": {"threads": None, "first": False, "xla_flags": "", "variant": "hoist"},   # the notebook's variants
     "bidir2": {"threads": None, "first": False, "xla_flags": "", "variant": "bidir2"},
     "bidir2_graphs": {"threads": None, "first": False, "xla_flags": LOOP_GRAPHS_FLAG, "variant": "bidir2"},
+    "perfusion": {"threads": None, "first": False, "xla_flags": PER_FUSION_FLAG + "={perfusion}"},
+    "perfusion_read": {"threads": None, "first": False, "xla_flags": PER_FUSION_FLAG + "={perfusion}"},
 }
 #: the autotuning results ``dump`` writes and ``loaded`` reads (text format: XLA picks it by the file's extension)
 AUTOTUNE_FILE = "autotune_results.textproto"
+#: the folder ``perfusion`` fills and ``perfusion_read`` reads
+PER_FUSION_DIR = "per_fusion_autotune_cache"
 
 
 #: the settings that measure XLA's autotuning itself: ``--autotune-results`` leaves them as they are
-AUTOTUNING_SETTINGS = ("dump", "loaded", "autotune0")
+AUTOTUNING_SETTINGS = ("dump", "loaded", "autotune0", "perfusion", "perfusion_read")
 
 
-def setting_flags(name: str, autotune_file: str, read: str = None) -> str:
-    """The XLA_FLAGS a setting adds, with the autotuning results' file filled in; ``read``: a card's committed results
-    (``--autotune-results``), read first by every setting that does not measure the autotuning itself."""
-    flags = SETTINGS[name]["xla_flags"].format(autotune=autotune_file)
+def setting_flags(name: str, autotune_file: str, read: str = None, per_fusion_dir: str = "") -> str:
+    """The XLA_FLAGS a setting adds, with the autotuning results' file (and the per-fusion folder) filled in; ``read``:
+    a card's committed results (``--autotune-results``), read first by every setting that does not measure the
+    autotuning itself."""
+    flags = SETTINGS[name]["xla_flags"].format(autotune=autotune_file, perfusion=per_fusion_dir)
     if read and name not in AUTOTUNING_SETTINGS:
         flags = (flags + " %s=%s" % (xla_autotune.LOAD_FLAG, read)).strip()
     return flags
+
+
+def per_fusion_summary(folder: str) -> dict:
+    """What ``perfusion`` left in ``folder``: how many files, their bytes, and the text of the first (the format, for
+    the JSON: a device call returns it inside the one file)."""
+    names = sorted(n for n in os.listdir(folder) if not n.startswith(".")) if os.path.isdir(folder) else []
+    sizes = [os.path.getsize(os.path.join(folder, n)) for n in names]
+    sample = None
+    if names:
+        with open(os.path.join(folder, names[0]), errors="replace") as f:
+            sample = {"name": names[0], "text": f.read(4000)}
+    return {"files": len(names), "bytes": sum(sizes), "sample": sample}
 
 
 def autotune_summary(path: str) -> dict:
@@ -211,6 +238,8 @@ def main(argv=None):
     results = {}
     workdir = tempfile.mkdtemp(prefix="ds2-jax-compile-")        # the autotuning results between dump and loaded
     autotune_file = os.path.join(workdir, AUTOTUNE_FILE)
+    per_fusion_dir = os.path.join(workdir, PER_FUSION_DIR)     # between perfusion and perfusion_read
+    os.makedirs(per_fusion_dir)                                # XLA wants the folder to exist
 
     def write():                  # after every setting: a call stopped at its limit keeps what finished
         if args.out:
@@ -228,8 +257,15 @@ def main(argv=None):
             print("%-10s skipped: %s" % (name, why), flush=True)
             write()
             continue
+        if name == "perfusion_read" and not per_fusion_summary(per_fusion_dir)["files"]:
+            why = ("nothing to read: `perfusion` did not run before it" if "perfusion" not in results else
+                   "nothing to read: XLA wrote no per-fusion results in `perfusion` (it autotunes on a GPU only)")
+            results[name] = {"skipped": why}
+            print("%-10s skipped: %s" % (name, why), flush=True)
+            write()
+            continue
         env = dict(os.environ, JAX_ENABLE_COMPILATION_CACHE="false")
-        flags = setting_flags(name, autotune_file, args.autotune_results)
+        flags = setting_flags(name, autotune_file, args.autotune_results, per_fusion_dir)
         env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " " + flags).strip()
         t = time.perf_counter()
         proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--measure", name, "--preset", args.preset,
@@ -249,6 +285,9 @@ def main(argv=None):
                  "-" if r["first_s"] is None else "%.1f s" % r["first_s"], r["lower_s"],
                  " ".join("%ss %.1f" % (s, ms) for s, ms in sorted(r["step_ms_median"].items(), key=lambda kv:
                                                                     int(kv[0])))), flush=True)
+        if name == "perfusion":
+            a = r["per_fusion_results"] = per_fusion_summary(per_fusion_dir)
+            print("%-10s per-fusion results: %d files in %d bytes" % ("", a["files"], a["bytes"]), flush=True)
         if name == "dump":
             a = r["autotune_results"] = autotune_summary(autotune_file) if os.path.exists(autotune_file) else None
             print("%-10s autotuning results: %s" % ("", "none written (XLA autotunes on a GPU only)" if a is None else

@@ -2,7 +2,8 @@
 batches (the first alone, then the other on the thread pool), in a child process with XLA's persistent cache off,
 and the JSON it writes: a check of the script a GPU session runs (docs/gpus.md), not a measurement.  The
 autotuning settings (``dump``, ``loaded``) and ``graphs`` do something on a GPU only: here, their flags, that XLA
-takes them, and the refusal of ``loaded`` without ``dump``; ``bidir2``, the notebook's variant, runs here too."""
+takes them, and the refusal of ``loaded`` without ``dump``; ``bidir2``, the notebook's variant, runs here too; so
+does ``perfusion`` (XLA takes its folder and writes nothing there on a CPU: ``perfusion_read`` is skipped)."""
 import json
 import os
 import subprocess
@@ -21,8 +22,8 @@ def test_jax_compile_smoke_writes_the_settings_figures(tmp_path):
                     % JAX_PYTHON)
     out = tmp_path / "jax_compile.json"
     proc = subprocess.run([JAX_PYTHON, os.path.join(ROOT, "benchmarks", "jax_compile.py"), "--preset", "smoke",
-                           "--lengths", "2,8", "--settings", "first,loaded,graphs,bidir2", "--steps", "1",
-                           "--out", str(out)], cwd=ROOT,
+                           "--lengths", "2,8", "--settings", "first,loaded,graphs,bidir2,perfusion,perfusion_read",
+                           "--steps", "1", "--out", str(out)], cwd=ROOT,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:]
     report = json.loads(out.read_text())
@@ -41,6 +42,12 @@ def test_jax_compile_smoke_writes_the_settings_figures(tmp_path):
     # a variant's setting: the notebook's model in that variant (section 4), the same shapes
     assert first["variant"] == "" and report["results"]["bidir2"]["variant"] == "bidir2"
     assert sorted(report["results"]["bidir2"]["step_ms_median"]) == ["2", "8"]
+    # `perfusion`: XLA takes its per-fusion cache folder and, on a CPU, writes nothing there: `perfusion_read` skipped
+    perfusion = report["results"]["perfusion"]
+    assert "--xla_gpu_per_fusion_autotune_cache_dir=" in perfusion["xla_flags"]
+    assert perfusion["per_fusion_results"] == {"files": 0, "bytes": 0, "sample": None}
+    assert report["results"]["perfusion_read"] == {
+        "skipped": "nothing to read: XLA wrote no per-fusion results in `perfusion` (it autotunes on a GPU only)"}
 
 
 def test_the_autotuning_settings_name_the_file_one_writes_and_the_other_reads(tmp_path):
@@ -62,6 +69,14 @@ def test_the_autotuning_settings_name_the_file_one_writes_and_the_other_reads(tm
     assert jc.SETTINGS["bidir2_graphs"]["variant"] == jc.SETTINGS["bidir2"]["variant"] == "bidir2"
     assert jc.setting_flags("dump", path, card) == jc.setting_flags("dump", path)
     assert jc.setting_flags("autotune0", path, card) == "--xla_gpu_autotune_level=0"
+    folder = str(tmp_path / jc.PER_FUSION_DIR)        # the two perfusion settings: the folder, never the card's file
+    assert jc.setting_flags("perfusion", path, card, folder) == jc.setting_flags("perfusion_read", path, card, folder) \
+        == "--xla_gpu_per_fusion_autotune_cache_dir=" + folder
+    (tmp_path / jc.PER_FUSION_DIR).mkdir()
+    (tmp_path / jc.PER_FUSION_DIR / "b.textproto").write_text("triton { block_m: 64 }\n")
+    (tmp_path / jc.PER_FUSION_DIR / "a.textproto").write_text("gemm { algorithm: 3 }\n")
+    assert jc.per_fusion_summary(folder) == {"files": 2, "bytes": 45, "sample": {"name": "a.textproto",
+                                                                                   "text": "gemm { algorithm: 3 }\n"}}
     (tmp_path / jc.AUTOTUNE_FILE).write_text("version: 3\nresults {\n  device: \"x\"\n}\nresults {\n}\n")
     summary = jc.autotune_summary(path)
     assert summary["results"] == 2 and summary["bytes"] == len(summary["textproto"]) > 0
