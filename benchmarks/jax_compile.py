@@ -249,17 +249,19 @@ def main(argv=None):
                           f, indent=1)
             os.replace(args.out + ".partial", args.out)
 
-    for name in args.settings.split(","):
+    def nothing_to_read(name):
+        """Why a setting that reads what an earlier one wrote cannot run (None: it can)."""
         if name == "loaded" and not os.path.exists(autotune_file):
-            why = ("no autotuning results to load: `dump` did not run before it" if "dump" not in results else
-                   "no autotuning results to load: XLA wrote none in `dump` (it autotunes on a GPU only)")
-            results[name] = {"skipped": why}
-            print("%-10s skipped: %s" % (name, why), flush=True)
-            write()
-            continue
+            return ("no autotuning results to load: `dump` did not run before it" if "dump" not in results else
+                    "no autotuning results to load: XLA wrote none in `dump` (it autotunes on a GPU only)")
         if name == "perfusion_read" and not per_fusion_summary(per_fusion_dir)["files"]:
-            why = ("nothing to read: `perfusion` did not run before it" if "perfusion" not in results else
-                   "nothing to read: XLA wrote no per-fusion results in `perfusion` (it autotunes on a GPU only)")
+            return ("nothing to read: `perfusion` did not run before it" if "perfusion" not in results else
+                    "nothing to read: XLA wrote no per-fusion results in `perfusion` (it autotunes on a GPU only)")
+        return None
+
+    for name in args.settings.split(","):
+        why = nothing_to_read(name)
+        if why:
             results[name] = {"skipped": why}
             print("%-10s skipped: %s" % (name, why), flush=True)
             write()
