@@ -155,12 +155,12 @@ def ok_records(records_dir: str, preset: str, batch_size: int) -> List[Tuple[str
     return out
 
 
-def committed_walls(records_dir: str, target: str, precision: str, preset: str, batch_size: int,
+def committed_walls(records: List[Tuple[str, dict]], target: str, precision: str,
                     device_type: str) -> List[Tuple[float, str]]:
-    """(run.wall_s, file name) of every record in ``records_dir`` of this row that ran ok on one process with
-    this preset, precision, batch size, the preset's scale and this kind of device."""
+    """(run.wall_s, file name) of every record of ``records`` (:func:`ok_records`: ok, one process, this preset
+    and batch size) of this row with this precision on this kind of device."""
     out = []
-    for path, rec in ok_records(records_dir, preset, batch_size):
+    for path, rec in records:
         wall = (rec.get("run") or {}).get("wall_s")
         if (rec.get("target") == target and rec.get("precision") == precision
                 and (rec.get("device") or {}).get("type") == device_type and isinstance(wall, (int, float))):
@@ -168,13 +168,14 @@ def committed_walls(records_dir: str, target: str, precision: str, preset: str, 
     return out
 
 
-def autotuned_run(records_dir: str, target: str, precision: str, preset: str, batch_size: int, card: str,
+def autotuned_run(records: List[Tuple[str, dict]], target: str, precision: str, card: str,
                   autotune_dir: str) -> Optional[Tuple[float, float, str]]:
-    """(run.wall_s, warm-up s, file name) of the longest committed run of this row on this card that wrote XLA's
-    autotuning results (``options.xla_autotune.written``), where the card's file for that run's jaxlib is in
-    ``autotune_dir``: the next run of the row reads those results and autotunes little; else None."""
+    """(run.wall_s, warm-up s, file name) of the longest run among ``records`` (:func:`ok_records`) of this row on
+    this card that wrote XLA's autotuning results (``options.xla_autotune.written``), where the card's file for
+    that run's jaxlib is in ``autotune_dir``: the next run of the row reads those results and autotunes little;
+    else None."""
     found = []
-    for path, rec in ok_records(records_dir, preset, batch_size):
+    for path, rec in records:
         tuned = (rec.get("options") or {}).get("xla_autotune") or {}
         wall, warmup = (rec.get("run") or {}).get("wall_s"), (rec.get("timing") or {}).get("warmup_s")
         jaxlib = tuned.get("jaxlib")                    # the JAX notebook's and the Keras notebook's on JAX
@@ -195,14 +196,15 @@ def estimate(target: str, precision: str, preset: str, batch_size: int, device_t
     run.wall_s of the committed records of this row (:func:`committed_walls`); else of its fp32 row (the same
     shapes, the same compilations); else :data:`DEFAULT_WALL_S` (:data:`UNKNOWN_WALL_S` for a row it lacks).  Then
     ``ceil(MARGIN x wall + START_S)``."""
-    tuned = autotuned_run(records_dir, target, precision, preset, batch_size, card, autotune_dir) if card else None
+    records = ok_records(records_dir, preset, batch_size)          # read once
+    tuned = autotuned_run(records, target, precision, card, autotune_dir) if card else None
     if tuned:
         wall, warmup, name = tuned
         return read_results_estimate(wall, warmup), ("%s: run.wall_s %.0f s, warm-up %.0f s taken at %d %%: this "
                                                      "card's autotuning results cover it"
                                                      % (name, wall, warmup, round(100 * REPEAT_WARMUP_SHARE)))
     for prec in (precision, "fp32"):
-        walls = committed_walls(records_dir, target, prec, preset, batch_size, device_type)
+        walls = committed_walls(records, target, prec, device_type)
         if walls:
             wall, name = max(walls)
             source = "%s: run.wall_s %.0f s" % (name, wall) + ("" if prec == precision else " (its fp32 row)")
