@@ -163,14 +163,14 @@ def time_lines(gpu: List[dict]) -> List[str]:
                  % (PRESETS["quick"].purpose, PRESETS["deepmark"].purpose))
     key = lambda r: (r.get("target", ""), r.get("batch_size"), (r.get("device") or {}).get("name"))
     for (target, batch, card), runs in _by_row(est, key, record=lambda run: run[0]).items():
-        left_out = {_without(rec) for rec, _, _ in runs}
-        shared = len(left_out) == 1                          # every run of the line left out the same, said once
+        withouts = [_without(rec) for rec, _, _ in runs]
+        shared = len(set(withouts)) == 1                     # every run of the line left out the same, said once
         entries = []
-        for rec, quick, deepmark in runs:
-            own = "" if shared or not _without(rec) else " (figures %s)" % _without(rec)
+        for (rec, quick, deepmark), without in zip(runs, withouts):
+            own = "" if shared or not without else " (figures %s)" % without
             entries.append("%s quick %s, deepmark about %s%s" % (rec.get("precision"), _minutes(quick),
                                                                  _minutes(deepmark), own))
-        said_once = next(iter(left_out)) if shared else ""
+        said_once = withouts[0] if shared else ""
         if said_once:
             said_once = " (%sfigures %s)" % ("" if len(runs) == 1 else "all ", said_once)
         lines.append("  - `%s` batch %s, %s: %s%s" % (target, batch, card, "; ".join(entries), said_once))
