@@ -9,12 +9,13 @@ exception is raised when the block ends.  Should that take longer than :data:`GR
 anyway.  A second signal during the clean-up exits at once, but first sends SIGKILL to every kernel's
 process group and to every process of a data-parallel run in progress (:func:`track_run`): a framework
 that catches SIGTERM itself (JAX's preemption notifier does, once ``jax.distributed`` is initialised)
-cannot outlive the runner that way.
+cannot outlive the runner that way; then the temporary folders of those runs are removed (:func:`track_folder`).
 
 Standard library only.
 """
 import contextlib
 import os
+import shutil
 import signal
 import sys
 
@@ -24,6 +25,7 @@ REASONS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}
 _state = {"signum": None, "deferring": 0}
 _kernels = {}   # key -> process group of a running Jupyter kernel
 _runs = {}      # key -> callable(sig) that signals every process of a data-parallel run
+_folders = {}   # key -> the temporary folder of a data-parallel run's processes
 
 
 class Interrupted(KeyboardInterrupt):
@@ -137,15 +139,27 @@ def untrack_run(key) -> None:
     _runs.pop(key, None)
 
 
+def track_folder(key, path: str) -> None:
+    """A data-parallel run's processes write their temporary files in ``path``: :func:`hard_stop` removes it."""
+    _folders[key] = path
+
+
+def untrack_folder(key) -> None:
+    _folders.pop(key, None)
+
+
 def hard_stop() -> None:
-    """SIGKILL to every tracked kernel and every process of every tracked data-parallel run: what a second
-    signal does before the runner exits at once.  Takes milliseconds (a scan of /proc per run)."""
+    """SIGKILL to every tracked kernel and every process of every tracked data-parallel run, then their temporary
+    folders removed: what a second signal does before the runner exits at once.  Takes milliseconds (a scan of
+    /proc per run)."""
     kill_kernels(signal.SIGKILL)
     for signal_all in list(_runs.values()):
         try:
             signal_all(signal.SIGKILL)
         except Exception:   # noqa: B902 -- on the way out: the other runs still get theirs
             pass
+    for path in list(_folders.values()):
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def kill_kernels(sig=signal.SIGTERM) -> None:

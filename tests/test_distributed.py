@@ -338,7 +338,7 @@ def test_ctrl_c_leaves_no_worker(tmp_path, tag):
 
 # ---- launch() with a plain script: mpiexec, Python 3.6 (CNTK's interpreter), a runner killed outright ----
 SCRIPT = """
-import os, sys, time
+import os, sys, tempfile, time
 sys.path.insert(0, %(root)r)
 from common.parallel import world_from_env
 from common.data import DeepMarkIterator
@@ -346,6 +346,7 @@ w = world_from_env()
 shard = DeepMarkIterator(8, 1, 0).batch(4).shard(w.rank, w.world_size)
 print("rank %%d of %%d via %%s: %%d utterances, Python %%s" %% (w.rank, w.world_size, w.source, shard.batch_size,
                                                          sys.version.split()[0]))
+print("temporary folder", tempfile.mkdtemp(prefix="left-by-rank%%d-" %% w.rank))   # a file the rank leaves behind
 if os.environ.get("FAIL_RANK") == str(w.rank):
     raise RuntimeError("boom from rank %%d" %% w.rank)
 if os.environ.get("SLEEP") and os.environ.get("SLEEP_RANK", str(w.rank)) == str(w.rank):
@@ -399,6 +400,27 @@ def _launch(tmp_path, launcher, python=sys.executable, timeout=60, linger=superv
     return res, logs
 
 
+@pytest.mark.parametrize("launcher", ["python", "torchrun", "mpiexec"])
+def test_a_launch_leaves_nothing_in_the_temporary_folder(tmp_path, tag, env_of, launcher):
+    """Every process of a launch on this host gets a temporary folder of the launch's own, removed when the launch
+    ends, with what the ranks left there and what their launcher did (torchrun: a `torchelastic_*` folder of logs
+    per run, left behind before; OpenMPI: its session folder), whether the run succeeded or failed."""
+    if launcher == "mpiexec" and not supervisor._which("mpiexec"):
+        pytest.skip("no mpiexec (apt-get install openmpi-bin)")
+    python = env_of("pytorch") if launcher == "torchrun" else sys.executable
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    for fail in ("", "1"):
+        res, logs = _launch(tmp_path, launcher, python=python, TMPDIR=str(tmp), FAIL_RANK=fail)
+        assert res.ok == (not fail), res.reason
+        for r, log in enumerate(logs):           # each rank's folder was in the launch's, under the caller's TMPDIR
+            left = log.split("temporary folder ")[1].split()[0]
+            assert os.path.basename(left).startswith("left-by-rank%d-" % r), log
+            assert os.path.dirname(os.path.dirname(left)) == str(tmp), left
+            assert os.path.basename(os.path.dirname(left)).startswith("ds2-dp-"), left
+        assert os.listdir(str(tmp)) == [], "a launch left %s in its temporary folder" % os.listdir(str(tmp))
+
+
 @pytest.mark.skipif(not supervisor._which("mpiexec"), reason="no mpiexec (apt-get install openmpi-bin)")
 def test_mpiexec_launcher(tmp_path, tag):
     res, logs = _launch(tmp_path, "mpiexec")
@@ -450,7 +472,7 @@ def test_a_runner_killed_outright_takes_its_workers_along(tmp_path, tag):
             % (ROOT, str(tmp_path / "started"), str(tmp_path / "script.py"), str(tmp_path / "log"),
                str(tmp_path / "status"), str(tmp_path)))
     (tmp_path / "script.py").write_text(SCRIPT % {"root": ROOT})
-    runner = subprocess.Popen([sys.executable, "-c", code], env=dict(os.environ, SLEEP="300"))
+    runner = subprocess.Popen([sys.executable, "-c", code], env=dict(os.environ, SLEEP="300", TMPDIR=str(tmp_path)))
     deadline = time.time() + 60
     while len(supervisor.marked_processes(tag, name="DS2_TEST_TAG")) < 3 and time.time() < deadline:
         time.sleep(0.2)

@@ -54,11 +54,12 @@ def cases():
             yield pytest.param(launcher, sequence, marks=marks, id="%s-%s" % (launcher, sequence.replace(" ", "_")))
 
 
-def _start(results_dir, target, extra, out):
+def _start(results_dir, target, extra, out, tmpdir):
     cmd = [sys.executable, os.path.join(ROOT, "run_all.py"), "--preset", "smoke", "--device", "cpu", "--frameworks",
            target, "--workers", "2", "--batch-size", "4", "--timeout", "900", "--no-progress",
            "--results-dir", results_dir] + extra
-    return subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    return subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                            env=dict(os.environ, TMPDIR=tmpdir))     # what a killed run leaves stays in the test's
 
 
 def _wait_for_training(proc, results_dir, output):
@@ -98,8 +99,10 @@ def test_no_process_outlives_a_stopped_run(tmp_path, tag, launcher, sequence):
     target, extra = LAUNCHERS[launcher]
     results_dir = str(tmp_path / "results")
     output = str(tmp_path / "run_all.out")
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
     with open(output, "w") as out:
-        proc = _start(results_dir, target, extra, out)
+        proc = _start(results_dir, target, extra, out, str(tmpdir))
     try:
         _wait_for_training(proc, results_dir, output)
         running = supervisor.marked_processes(tag, name="DS2_TEST_TAG")
@@ -127,6 +130,10 @@ def test_no_process_outlives_a_stopped_run(tmp_path, tag, launcher, sequence):
     text = open(output).read()
     assert not left, "%s, %s: %d processes outlived run_all.py by %d s: %s\n%s" % (
         launcher, sequence, len(left), LEFT_S, leftovers, text[-2000:])
+    # the workers' temporary folder went with them (on a second signal, once they got SIGKILL), unless SIGKILL left
+    # run_all.py no time to remove it
+    launch_tmp = [n for n in os.listdir(str(tmpdir)) if n.startswith("ds2-dp-")]
+    assert launch_tmp == [] or sequence == "SIGKILL", launch_tmp
     # 2. no half-written record, no partial file
     partial = [p for p in glob.glob(os.path.join(results_dir, "**", "*"), recursive=True) if ".partial" in p]
     assert not partial, partial

@@ -150,6 +150,25 @@ def test_the_agent_exits_with_its_processes_status():
         p.stdout.close()
 
 
+def test_the_agents_processes_get_a_temporary_folder_it_removes_when_they_end(tmp_path):
+    """Each host's processes share a temporary folder of the agent's, under the host's TMPDIR, removed with what they
+    left there (torchrun's `torchelastic_*` logs were left in /tmp by every run on several hosts)."""
+    code = "import tempfile; print(tempfile.mkdtemp(prefix='left-'))"
+    for argv_code, status in ((code, 0), (code + "; raise SystemExit(3)", 3)):
+        spec = base64.b64encode(json.dumps({"marker": "m3", "grace": 2, "route_to": None, "processes": [
+            {"argv": [sys.executable, "-c", argv_code], "env": {}}]}).encode()).decode()
+        agent = subprocess.Popen([sys.executable, hosts.AGENT, spec], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 universal_newlines=True, env=dict(os.environ, TMPDIR=str(tmp_path)))
+        out = agent.stdout.read()                           # until the agent ends (its input open: the connection)
+        assert agent.wait(timeout=60) == status, out
+        agent.stdin.close()
+        agent.stdout.close()
+        left = out.split()[-1]                              # the process's folder, in the agent's, in TMPDIR
+        assert os.path.basename(left).startswith("left-") and os.path.dirname(os.path.dirname(left)) == str(tmp_path)
+        assert os.path.basename(os.path.dirname(left)).startswith("ds2-dp-")
+        assert os.listdir(str(tmp_path)) == []
+
+
 def test_a_preflight_that_never_answers_ends_at_the_join_timeout_with_what_ssh_started(tmp_path, monkeypatch):
     """An ssh that hangs and has started a child holding its output (a ProxyCommand to a silent host): the preflight
     gives up at the join timeout and stops the child too, instead of reading its output until the child ends."""

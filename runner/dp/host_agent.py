@@ -9,6 +9,8 @@ own; it makes sure nothing of the run outlives the runner on this host:
   -- or it gets SIGTERM, SIGINT or SIGHUP, it sends SIGTERM to every process it started (their process groups)
   and to every process whose environment carries the run's marker (``DS2_DP_HOST_RUN``: torchrun starts its
   workers in sessions of their own), waits ``grace`` seconds and SIGKILLs what is left;
+- its processes get a temporary folder of their own on this host (``TMPDIR``), removed with what they left there
+  (torchrun's ``torchelastic_*`` logs, TensorFlow's AutoGraph sources) when the agent ends;
 - before it starts them, it names the network interface that reaches the first host (``route_to``) in
   ``GLOO_SOCKET_IFNAME`` unless that is set: Gloo would otherwise bind the address the machine's hostname
   resolves to, which another host may not reach.
@@ -19,11 +21,13 @@ import base64
 import fcntl
 import json
 import os
+import shutil
 import signal
 import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -135,22 +139,26 @@ def main(argv):
         stop.set()
 
     threading.Thread(target=watch_stdin, daemon=True).start()
+    base["TMPDIR"] = tempfile.mkdtemp(prefix="ds2-dp-")   # this host's folder for the run, under the host's own
     procs = []
-    for p in spec["processes"]:
-        procs.append(subprocess.Popen(p["argv"], env=dict(base, **p.get("env", {})), cwd=p.get("cwd"),
-                                      stdin=subprocess.DEVNULL, start_new_session=True))
     code = None
-    while not stop.is_set():
-        codes = [p.poll() for p in procs]
-        bad = [c for c in codes if c not in (None, 0)]
-        if bad:
-            code = bad[0]
-            break
-        if all(c == 0 for c in codes):
-            code = 0
-            break
-        time.sleep(POLL_S)
-    stop_all(procs, value, grace)
+    try:
+        for p in spec["processes"]:
+            procs.append(subprocess.Popen(p["argv"], env=dict(base, **p.get("env", {})), cwd=p.get("cwd"),
+                                          stdin=subprocess.DEVNULL, start_new_session=True))
+        while not stop.is_set():
+            codes = [p.poll() for p in procs]
+            bad = [c for c in codes if c not in (None, 0)]
+            if bad:
+                code = bad[0]
+                break
+            if all(c == 0 for c in codes):
+                code = 0
+                break
+            time.sleep(POLL_S)
+    finally:
+        stop_all(procs, value, grace)
+        shutil.rmtree(base["TMPDIR"], ignore_errors=True)
     if code is None:
         sys.stderr.write("[host_agent] stopped: every process of this host ended\n")
         return 143

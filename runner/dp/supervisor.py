@@ -6,9 +6,11 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 import uuid
 from typing import Dict, List, Optional
@@ -264,32 +266,46 @@ def launch(launcher: Launcher, python: str, script: str, world: int, log_prefix:
     A run whose every rank reported "ok" but whose processes have not exited ``linger`` seconds later
     (a non-daemon thread, a framework's shutdown barrier) is stopped and counts as ok, with a note.
 
+    On this host the processes get a temporary folder of their own (``TMPDIR``), removed with everything in it when
+    the launch ends however it ends: what they leave there (torchrun's ``torchelastic_*`` log folders, TensorFlow's
+    AutoGraph sources, OpenMPI's session folder) goes with it. On several hosts each host's agent does the same there
+    (runner/dp/host_agent.py).
+
     The steps: plan the processes (:func:`_process_specs`), start and watch them (:func:`_start_and_watch`, whose
     ``finally`` stops them: no path out of it, a failure, a timeout or Ctrl-C, can skip the teardown), then what
     the run came to (:func:`_outcome`)."""
     run_id = run_id or uuid.uuid4().hex
     base_env = dict(os.environ if env is None else env)
-    base_env[MARKER] = run_id
-    base_env.update(launcher_env(launcher, venv))
-    base_env["DS2_RUNNER_PID"] = str(os.getpid())         # runner/dp/worker.py ends itself when this process is gone
-    base_env["DS2_RUNNER_START"] = process_start_time(os.getpid()) or ""
-    ranks = 1 if launcher.kind == "single" else world     # processes with a rank (and a log and a status)
-    for stale in range(ranks):
-        for path in ("%s.rank%d.status.json" % (status_prefix, stale), "%s.rank%d.log" % (log_prefix, stale)):
-            if os.path.exists(path):
-                os.remove(path)
-    if hosts:
-        from runner.dp import hosts as hosts_mod
-        join_timeout = hosts_mod.JOIN_TIMEOUT_S if join_timeout is None else join_timeout
-    specs, host_lines, ps_roles = _process_specs(launcher, python, worker_argv(log_prefix, status_prefix, script),
-                                                 world, base_env, log_prefix, run_id, grace, cwd, hosts,
-                                                 ssh_options, join_timeout)
-    commands = host_lines or [" ".join(shlex.quote(a) for a in argv) for argv, _, _ in specs]
-    t0 = time.time()
-    procs, ended = _start_and_watch(specs, launcher, run_id, cwd, status_prefix, ranks, timeout, grace, linger,
-                                    hosts, join_timeout)
-    return _outcome(launcher, procs, ended, t0, commands, status_prefix, log_prefix, ranks, ps_roles, announce,
-                    linger, hosts, join_timeout)
+    scratch = None if hosts else tempfile.mkdtemp(prefix="ds2-dp-", dir=base_env.get("TMPDIR") or None)
+    if scratch:
+        base_env["TMPDIR"] = scratch
+        interrupt.track_folder(run_id, scratch)          # a second signal removes it too, after SIGKILL
+    try:
+        base_env[MARKER] = run_id
+        base_env.update(launcher_env(launcher, venv))
+        base_env["DS2_RUNNER_PID"] = str(os.getpid())     # runner/dp/worker.py ends itself when this process is gone
+        base_env["DS2_RUNNER_START"] = process_start_time(os.getpid()) or ""
+        ranks = 1 if launcher.kind == "single" else world   # processes with a rank (and a log and a status)
+        for stale in range(ranks):
+            for path in ("%s.rank%d.status.json" % (status_prefix, stale), "%s.rank%d.log" % (log_prefix, stale)):
+                if os.path.exists(path):
+                    os.remove(path)
+        if hosts:
+            from runner.dp import hosts as hosts_mod
+            join_timeout = hosts_mod.JOIN_TIMEOUT_S if join_timeout is None else join_timeout
+        specs, host_lines, ps_roles = _process_specs(launcher, python, worker_argv(log_prefix, status_prefix, script),
+                                                     world, base_env, log_prefix, run_id, grace, cwd, hosts,
+                                                     ssh_options, join_timeout)
+        commands = host_lines or [" ".join(shlex.quote(a) for a in argv) for argv, _, _ in specs]
+        t0 = time.time()
+        procs, ended = _start_and_watch(specs, launcher, run_id, cwd, status_prefix, ranks, timeout, grace, linger,
+                                        hosts, join_timeout)
+        return _outcome(launcher, procs, ended, t0, commands, status_prefix, log_prefix, ranks, ps_roles, announce,
+                        linger, hosts, join_timeout)
+    finally:
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
+            interrupt.untrack_folder(run_id)
 
 
 def _process_specs(launcher: Launcher, python: str, worker: List[str], world: int, base_env: dict, log_prefix: str,
