@@ -269,7 +269,7 @@ def launch(launcher: Launcher, python: str, script: str, world: int, log_prefix:
     On this host the processes get a temporary folder of their own (``TMPDIR``), removed with everything in it when
     the launch ends however it ends: what they leave there (torchrun's ``torchelastic_*`` log folders, TensorFlow's
     AutoGraph sources, OpenMPI's session folder) goes with it. On several hosts each host's agent does the same there
-    (runner/dp/host_agent.py).
+    (runner/dp/host_agent.py); OpenMPI's route over ssh starts the other hosts' processes itself.
 
     The steps: plan the processes (:func:`_process_specs`), start and watch them (:func:`_start_and_watch`, whose
     ``finally`` stops them: no path out of it, a failure, a timeout or Ctrl-C, can skip the teardown), then what
