@@ -228,7 +228,8 @@ def test_a_deferred_block_finishes_then_the_signal_is_raised():
 def test_sigterm_while_the_runner_environment_is_created(tmp_path):
     """Before run_all.py re-executes itself in .venvs/runner: one line, 143, and no stamp (rebuilt next time)."""
     base = getattr(sys, "_base_executable", None) or sys.executable
-    env = dict(os.environ, DS2_ENVS_DIR=str(tmp_path / "venvs"))
+    (tmp_path / "tmp").mkdir()
+    env = dict(os.environ, DS2_ENVS_DIR=str(tmp_path / "venvs"), TMPDIR=str(tmp_path / "tmp"))
     env.pop("DS2_RUNNER", None)
     proc = subprocess.Popen([base, os.path.join(ROOT, "run_all.py"), "--frameworks", "pytorch"], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
@@ -245,3 +246,5 @@ def test_sigterm_while_the_runner_environment_is_created(tmp_path):
     assert lines[1] == "run_all.py: terminated (SIGTERM) while creating the runner environment"
     assert not os.path.exists(str(tmp_path / "venvs" / "runner" / ".ds2-stamp.json"))
     assert not alive([proc.pid])           # pip, venv: nothing of its session is left
+    # nor of the stopped pip's files (its download, unpack and build folders were left in TMPDIR)
+    assert os.listdir(str(tmp_path / "tmp")) == [], os.listdir(str(tmp_path / "tmp"))

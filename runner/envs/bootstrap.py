@@ -23,6 +23,7 @@ import signal
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import threading
 import time
 import venv
@@ -74,10 +75,21 @@ def run_logged(args, log_path: str, what: str, env=None, cwd=ROOT, on_line: Opti
                ) -> None:
     """Run a command, appending its output to ``log_path`` line by line (``on_line`` sees each line); raise
     EnvError with one line on failure.  Off the main thread the command gets a process group of its own, which
-    :func:`stop_children` ends (a terminal's Ctrl-C reaches only the foreground's)."""
+    :func:`stop_children` ends (a terminal's Ctrl-C reaches only the foreground's).  The command gets a temporary
+    folder of its own (``TMPDIR``), removed when it ends: what a stopped pip leaves there (a downloaded wheel, its
+    build and unpack folders) goes with it."""
     if _stopping.is_set():
         raise EnvError("%s: not started, the run is stopping" % what)
     background = threading.current_thread() is not threading.main_thread()
+    env = dict(os.environ if env is None else env)
+    env["TMPDIR"] = tempfile.mkdtemp(prefix="ds2-install-", dir=env.get("TMPDIR") or None)
+    try:
+        _run_logged(args, log_path, what, env, cwd, on_line, background)
+    finally:
+        shutil.rmtree(env["TMPDIR"], ignore_errors=True)
+
+
+def _run_logged(args, log_path, what, env, cwd, on_line, background) -> None:
     with open(log_path, "a") as log:
         log.write("\n$ %s\n" % " ".join(args))
         log.flush()
