@@ -346,7 +346,7 @@ w = world_from_env()
 shard = DeepMarkIterator(8, 1, 0).batch(4).shard(w.rank, w.world_size)
 print("rank %%d of %%d via %%s: %%d utterances, Python %%s" %% (w.rank, w.world_size, w.source, shard.batch_size,
                                                          sys.version.split()[0]))
-print("temporary folder", tempfile.mkdtemp(prefix="left-by-rank%%d-" %% w.rank))   # a file the rank leaves behind
+print("temporary folder", tempfile.mkdtemp(prefix="left-by-rank%%d-" %% w.rank))   # a folder the rank leaves behind
 if os.environ.get("FAIL_RANK") == str(w.rank):
     raise RuntimeError("boom from rank %%d" %% w.rank)
 if os.environ.get("SLEEP") and os.environ.get("SLEEP_RANK", str(w.rank)) == str(w.rank):
