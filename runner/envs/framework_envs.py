@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from typing import Callable, List, Optional, Tuple
@@ -350,11 +349,11 @@ def _kernel_env_current(env: Env, path: str, spec_file: str) -> bool:
 def register_kernel(env: Env, path: str, name: str, version: str, log: str) -> None:
     py = env_python(path)
     extra = env.kernel_env(path) if env.kernel_env else {}
-    # ipykernel stages the spec in a tempfile.mkdtemp() folder and leaves that folder behind, empty: here, one of ours
-    with tempfile.TemporaryDirectory(prefix="ds2-kernelspec-") as staging:
-        run_logged([py, "-m", "ipykernel", "install", "--prefix", kernels_prefix(), "--name", name,
-                    "--display-name", "DS2 %s (Python %s)" % (env.label, version)],
-                   log, "registering the Jupyter kernel %s" % name, env=dict(dict(os.environ, **extra), TMPDIR=staging))
+    # ipykernel stages the spec in a tempfile.mkdtemp() folder and leaves that folder behind, empty: run_logged's
+    # temporary folder for the command takes it
+    run_logged([py, "-m", "ipykernel", "install", "--prefix", kernels_prefix(), "--name", name,
+                "--display-name", "DS2 %s (Python %s)" % (env.label, version)],
+               log, "registering the Jupyter kernel %s" % name, env=dict(os.environ, **extra))
     spec_file = os.path.join(kernels_prefix(), "share", "jupyter", "kernels", name, "kernel.json")
     with open(spec_file) as f:
         spec = json.load(f)
