@@ -107,12 +107,15 @@ def _items(text: str, expected: str) -> List[str]:
     return items
 
 
+def first_repeated(values: Sequence):
+    """The first value of ``values`` that an earlier one equals, or None when each is there once."""
+    return next((v for i, v in enumerate(values) if v in values[:i]), None)
+
+
 def _twice(values: Sequence, text: str) -> None:
-    seen = []
-    for value in values:
-        if value in seen:
-            raise argparse.ArgumentTypeError("%r names %s twice; name each once" % (text, value))
-        seen.append(value)
+    value = first_repeated(values)
+    if value is not None:
+        raise argparse.ArgumentTypeError("%r names %s twice; name each once" % (text, value))
 
 
 def positive_int_list(text: str) -> List[int]:

@@ -239,7 +239,7 @@ def with_repeat(rows: List[Tuple[str, str]]) -> List[Tuple[str, str]]:
     """The rows with the first JAX or Keras-on-JAX row of record (not a variant) named twice, next to itself, unless
     a row is named twice already."""
     xla = [r for r in rows if ALL_TARGETS[r[0]].env == XLA_ENV and "+" not in r[0]]
-    if not xla or any(rows.count(r) > 1 for r in rows):
+    if not xla or validate.first_repeated(rows) is not None:
         return list(rows)
     i = rows.index(xla[0])
     return rows[:i + 1] + [xla[0]] + rows[i + 1:]
@@ -688,15 +688,14 @@ def errors_of(args) -> List[str]:
                           "--wheelhouse DIR with their wheels (tools/installed_offline.sh)" % (sys.executable,
                                                                                               ", ".join(missing)))
     rows = ["%s:%s" % tuple(r) for r in args.rows]
-    repeated = sorted({r for r in rows if rows.count(r) > 1})
-    if repeated and args.no_autotune_dump:
+    repeated = validate.first_repeated(rows)
+    if repeated is not None and args.no_autotune_dump:
         errors.append("--rows names %s twice, but with --no-autotune-dump its first run writes no autotuning results "
-                      "for the second to read: the two runs would time the same thing; name it once"
-                      % repeated[0])
+                      "for the second to read: the two runs would time the same thing; name it once" % repeated)
     named = [pair for pair, _ in args.estimate]
-    twice = [pair for i, pair in enumerate(named) if pair in named[:i]]
-    if twice:
-        errors.append("--estimate %s:%s is given twice; give each row once" % twice[0])
+    twice = validate.first_repeated(named)
+    if twice is not None:
+        errors.append("--estimate %s:%s is given twice; give each row once" % twice)
     unused = ["%s:%s" % tuple(pair) for pair in named if "%s:%s" % tuple(pair) not in rows]
     if unused:
         errors.append("--estimate %s names a row the session does not run; its rows: %s"
