@@ -4,6 +4,7 @@ and the JSON it writes: a check of the script a GPU session runs (docs/gpus.md),
 autotuning settings (``dump``, ``loaded``) and ``graphs`` do something on a GPU only: here, their flags, that XLA
 takes them, and the refusal of ``loaded`` without ``dump`` (and of ``perfusion_read`` without ``perfusion``);
 ``bidir2``, the notebook's variant, runs here too."""
+import importlib.util
 import json
 import os
 import subprocess
@@ -14,6 +15,14 @@ from tests.conftest import ROOT, selected_targets
 
 pytestmark = pytest.mark.skipif("jax" not in selected_targets(), reason="jax is not among DS2_TEST_FRAMEWORKS")
 JAX_PYTHON = os.path.join(ROOT, ".venvs", "jax-cpu", "bin", "python")
+
+
+def load_jax_compile():
+    """benchmarks/jax_compile.py as a module, for its functions (no JAX import: that happens in its child process)."""
+    spec = importlib.util.spec_from_file_location("jax_compile", os.path.join(ROOT, "benchmarks", "jax_compile.py"))
+    jc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(jc)
+    return jc
 
 
 def test_jax_compile_smoke_writes_the_settings_figures(tmp_path):
@@ -45,10 +54,7 @@ def test_jax_compile_smoke_writes_the_settings_figures(tmp_path):
 
 
 def test_the_autotuning_settings_name_the_file_one_writes_and_the_other_reads(tmp_path):
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("jax_compile", os.path.join(ROOT, "benchmarks", "jax_compile.py"))
-    jc = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(jc)
+    jc = load_jax_compile()
     path = str(tmp_path / jc.AUTOTUNE_FILE)
     assert jc.setting_flags("dump", path) == "--xla_gpu_dump_autotune_results_to=" + path
     assert jc.setting_flags("loaded", path) == "--xla_gpu_load_autotune_results_from=" + path
@@ -77,10 +83,7 @@ def test_the_autotuning_settings_name_the_file_one_writes_and_the_other_reads(tm
 
 
 def test_a_missing_autotune_results_file_is_refused_before_anything_runs(tmp_path, capsys):
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("jax_compile", os.path.join(ROOT, "benchmarks", "jax_compile.py"))
-    jc = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(jc)
+    jc = load_jax_compile()
     with pytest.raises(SystemExit) as stop:
         jc.main(["--autotune-results", str(tmp_path / "none.textproto"), "--out", str(tmp_path / "out.json")])
     assert stop.value.code == 2 and not (tmp_path / "out.json").exists()
@@ -89,10 +92,7 @@ def test_a_missing_autotune_results_file_is_refused_before_anything_runs(tmp_pat
 
 
 def test_perfusion_read_without_perfusion_is_skipped_with_its_reason_and_starts_nothing(tmp_path):
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("jax_compile", os.path.join(ROOT, "benchmarks", "jax_compile.py"))
-    jc = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(jc)
+    jc = load_jax_compile()
     out = tmp_path / "out.json"
     assert jc.main(["--settings", "perfusion_read", "--out", str(out)]) == 0
     assert json.loads(out.read_text())["results"] == {
