@@ -346,8 +346,12 @@ w = world_from_env()
 shard = DeepMarkIterator(8, 1, 0).batch(4).shard(w.rank, w.world_size)
 print("rank %%d of %%d via %%s: %%d utterances, Python %%s" %% (w.rank, w.world_size, w.source, shard.batch_size,
                                                          sys.version.split()[0]))
-print("temporary folder", tempfile.mkdtemp(prefix="left-by-rank%%d-" %% w.rank))   # a folder the rank leaves behind
+print("temporary folder", tempfile.mkdtemp(prefix="left-by-rank%%d-" %% w.rank), flush=True)  # one it leaves behind
 if os.environ.get("FAIL_RANK") == str(w.rank):
+    deadline = time.time() + 30                  # fail once every rank made its folder: its launch then stops the
+    while time.time() < deadline and len([n for n in os.listdir(tempfile.gettempdir())   # others, deterministically
+                                          if n.startswith("left-by-rank")]) < w.world_size:   # after they wrote it
+        time.sleep(0.05)
     raise RuntimeError("boom from rank %%d" %% w.rank)
 if os.environ.get("SLEEP") and os.environ.get("SLEEP_RANK", str(w.rank)) == str(w.rank):
     time.sleep(float(os.environ["SLEEP"]))

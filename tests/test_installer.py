@@ -260,6 +260,26 @@ def test_stopping_ends_every_install_command_still_running(tmp_path, monkeypatch
     assert not framework_envs._ahead and not framework_envs._threads and not bootstrap._children
 
 
+def test_a_command_started_while_the_run_stops_is_ended_too(tmp_path, monkeypatch):
+    """stop_children lists the commands running when it is called; one whose process had started but was not yet
+    listed (another thread between Popen and the list: on a slow machine the stop then waited 30 s for it) ends
+    at once, by the thread that started it."""
+    real = subprocess.Popen
+
+    def popen_then_stop(*args, **kwargs):
+        proc = real(*args, **kwargs)
+        bootstrap.stop_children(wait_s=0)         # the stop comes before the command is listed
+        return proc
+    monkeypatch.setattr(bootstrap.subprocess, "Popen", popen_then_stop)
+    t0 = time.time()
+    try:
+        with pytest.raises(EnvError, match="^installing: stopped, the run is stopping$"):
+            bootstrap.run_logged(["sleep", "60"], str(tmp_path / "install.log"), "installing")
+    finally:
+        bootstrap.allow_children()
+    assert time.time() - t0 < 10 and not bootstrap._children
+
+
 DRIVER = textwrap.dedent("""
     import sys
     sys.path.insert(0, %(root)r)

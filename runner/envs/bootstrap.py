@@ -97,6 +97,9 @@ def _run_logged(args, log_path, what, env, cwd, on_line, background) -> None:
                                 cwd=cwd, env=env, start_new_session=background)
         with _children_lock:
             _children[proc.pid] = proc
+            missed = _stopping.is_set()   # stop_children set it before listing _children: this one may not be there
+        if missed:
+            _kill(proc, signal.SIGKILL)
         tail = []
         try:
             for line in proc.stdout:
@@ -114,6 +117,8 @@ def _run_logged(args, log_path, what, env, cwd, on_line, background) -> None:
             proc.stdout.close()
             with _children_lock:
                 _children.pop(proc.pid, None)
+    if missed:
+        raise EnvError("%s: stopped, the run is stopping" % what)
     if proc.returncode != 0:
         raise EnvError("%s failed: %s (log: %s)" % (what, last_error_line("".join(tail)), log_path))
 
