@@ -205,8 +205,8 @@ def test_a_worker_stops_itself_once_its_runner_is_gone(tmp_path):
         runner.kill()
         runner.wait()
         t0 = time.time()
-        worker.wait(timeout=10)
-        assert time.time() - t0 < 3
+        worker.wait(timeout=20)
+        assert time.time() - t0 < 10                   # within a few of its checks, not at the end of its 60-s sleep
         assert worker.returncode == -signal.SIGKILL
         assert "the runner (pid %d) is gone" % runner.pid in worker.stderr.read()
     finally:

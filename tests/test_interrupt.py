@@ -185,7 +185,7 @@ def test_a_second_signal_sigkills_every_tracked_run_before_the_runner_exits():
     t0 = time.time()
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=20)
-    assert time.time() - t0 < 3 and proc.returncode == 130
+    assert time.time() - t0 < 10 and proc.returncode == 130        # at once, not after the clean-up's 30-s wait
     assert err.strip() == "run_all.py: SIGTERM again during the clean-up; stopped at once"
     deadline = time.time() + 5
     while time.time() < deadline and alive([child]):
