@@ -1,12 +1,14 @@
 """Ctrl-C and SIGTERM during a real run: the run ends within seconds with one line on stderr and
 exit status 130 / 143, the running target's record says why, its kernel is gone, no
 ``*.partial.ipynb`` is left and results.md is regenerated."""
+import getpass
 import glob
 import json
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 
@@ -51,12 +53,19 @@ def executed_cells(path):
     return sum(1 for c in nb["cells"] if c["cell_type"] == "code" and c.get("execution_count"))
 
 
+def tmp_of(results_dir):
+    """The temporary folder of the run writing into ``results_dir``: beside it, empty."""
+    tmp = os.path.join(os.path.dirname(results_dir), "tmp")
+    os.makedirs(tmp, exist_ok=True)
+    return tmp
+
+
 def start_pytorch_run(results_dir):
     """run_all.py in a session of its own (like a terminal's job), stopped once its notebook runs."""
     proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "run_all.py"), "--preset", "smoke", "--frameworks",
                              "pytorch", "--no-progress", "--results-dir", results_dir], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
-                            start_new_session=True)
+                            start_new_session=True, env=dict(os.environ, TMPDIR=tmp_of(results_dir)))
     deadline = time.time() + STARTUP_S
     partial = os.path.join(results_dir, "notebooks", "*.partial.ipynb")
     while time.time() < deadline:
@@ -112,6 +121,7 @@ def stop_and_check(proc, kernels, results_dir, send, status, reason):
         time.sleep(0.1)
     assert not alive(kernels), alive(kernels)
     assert not alive([proc.pid]), alive([proc.pid])
+    assert os.listdir(tmp_of(results_dir)) == [], "the run left %s" % os.listdir(tmp_of(results_dir))
 
 
 def test_ctrl_c_in_a_terminal(tmp_path):
@@ -126,6 +136,33 @@ def test_sigterm_as_timeout_sends_it(tmp_path):
     results_dir = str(tmp_path / "results")
     proc, kernels = start_pytorch_run(results_dir)
     stop_and_check(proc, kernels, results_dir, lambda p: os.kill(p.pid, signal.SIGTERM), 143, "terminated")
+
+
+def test_a_kernel_stopped_outright_leaves_nothing_in_the_temporary_folder(tmp_path, monkeypatch):
+    """Each notebook's kernel gets a temporary folder of its own, removed when the notebook ends, even when the
+    kernel was killed (it cannot clean up then: TensorFlow's AutoGraph sources, a profiler's trace folder were
+    left).  PyTorch Inductor's compile cache stays at its default place, in the caller's temporary folder."""
+    from common.spec import get_preset
+    from runner.run import execute
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                           "language": "python"}})
+    nb.cells = [nbformat.v4.new_code_cell("import os, tempfile\n"
+                                          "print(tempfile.mkdtemp(prefix='left-'), os.environ['TORCHINDUCTOR_CACHE_DIR'])"),
+                nbformat.v4.new_code_cell("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)")]
+    nbformat.write(nb, str(tmp_path / "in.ipynb"))
+    opts = execute.RunOptions(get_preset("smoke"), "fp32", 0, "cpu", str(tmp_path), timeout=STARTUP_S,
+                              progress=False)
+    error = execute.run_papermill(str(tmp_path / "in.ipynb"), str(tmp_path / "out.ipynb"), {}, "python3",
+                                  str(tmp_path), opts, str(tmp_path / "kernel.log"))
+    assert type(error).__name__ == "DeadKernelError", error
+    left, cache = nbformat.read(str(tmp_path / "out.ipynb"), as_version=4).cells[0].outputs[0]["text"].split()
+    assert os.path.dirname(os.path.dirname(left)) == str(tmp), left
+    assert os.path.basename(os.path.dirname(left)).startswith("ds2-kernel-"), left
+    assert os.listdir(str(tmp)) == [], "the notebook left %s" % os.listdir(str(tmp))
+    assert cache == os.path.join(str(tmp), "torchinductor_" + getpass.getuser()), cache
 
 
 SECOND_SIGNAL = textwrap.dedent("""

@@ -6,10 +6,14 @@ against its own iterator), adds how it was produced, and writes it atomically in
 check, out of memory, timeout, interruption -- gets a record with status "failed" (or
 "skipped" when the target cannot run here) and a one-line reason instead.
 """
+import getpass
 import logging
 import os
+import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Dict, List, Optional, Set
 
@@ -164,16 +168,38 @@ def run_papermill(notebook_in: str, notebook_out: str, parameters: dict, kernel:
     ``opts.timeout`` per cell; the error it raised, or None.  Signals are deferred while it runs (a signal stops
     the kernel, papermill saves what ran and raises), and no kernel is left running, whatever happened."""
     import papermill as pm
+    tmp = tempfile.mkdtemp(prefix="ds2-kernel-")
+    interrupt.track_folder(tmp, tmp)
     with interrupt.deferred():
         try:
             pm.execute_notebook(notebook_in, notebook_out, parameters=parameters, kernel_name=kernel, cwd=cwd,
                                 execution_timeout=opts.timeout, progress_bar=opts.progress, log_output=False,
-                                report_mode=False, kernel_manager_class=kernel_manager_logging_to(kernel_log))
+                                report_mode=False, kernel_manager_class=kernel_manager_logging_to(kernel_log, tmp))
         except Exception as e:  # papermill/nbclient raise many kinds; each becomes a failed row
             return e
         finally:
             interrupt.reap_kernels()
+            shutil.rmtree(tmp, ignore_errors=True)
+            interrupt.untrack_folder(tmp)
     return None
+
+
+def kernel_environment(tmp: str) -> Dict[str, str]:
+    """The environment a notebook's kernel starts with: this process's, with ``tmp`` as its temporary folder
+    (``TMPDIR``), so that what the kernel leaves there goes with the folder even when the kernel is stopped
+    outright (TensorFlow's AutoGraph sources, a profiler's trace folder).  PyTorch Inductor's compile cache, whose
+    default is in the temporary folder, stays where it is by default (``<TMPDIR>/torchinductor_<user>``): a rerun
+    finds what the last one compiled."""
+    env = dict(os.environ)
+    if not env.get("TORCHINDUCTOR_CACHE_DIR"):
+        try:
+            user = getpass.getuser()
+        except (KeyError, OSError):
+            user = "uid_%d" % os.getuid()
+        env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tempfile.gettempdir(),
+                                                      "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user))
+    env["TMPDIR"] = tmp
+    return env
 
 
 def notebook_parameters(target: Target, opts: RunOptions, result_path: str) -> dict:
@@ -205,10 +231,11 @@ def _not_after_a_signal(record) -> bool:
 logging.getLogger("papermill").addFilter(_not_after_a_signal)
 
 
-def kernel_manager_logging_to(log_path: str):
+def kernel_manager_logging_to(log_path: str, tmp: Optional[str] = None):
     """A Jupyter kernel manager whose kernel writes its own stdout and stderr (C++ logs of the
     frameworks, warnings printed before a cell runs) to ``log_path`` instead of this terminal, and
-    which tells :mod:`runner.interrupt` about its kernel, so that Ctrl-C or SIGTERM stops it."""
+    which tells :mod:`runner.interrupt` about its kernel, so that Ctrl-C or SIGTERM stops it.  With ``tmp``,
+    the kernel's temporary folder (:func:`kernel_environment`)."""
     from jupyter_client.manager import AsyncKernelManager
 
     class LoggingKernelManager(AsyncKernelManager):
@@ -216,6 +243,8 @@ def kernel_manager_logging_to(log_path: str):
             log = open(log_path, "a")
             kw.setdefault("stdout", log)
             kw.setdefault("stderr", log)
+            if tmp is not None:
+                kw.setdefault("env", kernel_environment(tmp))
             try:
                 result = await super().start_kernel(**kw)
             finally:
