@@ -140,7 +140,8 @@ def untrack_run(key) -> None:
 
 
 def track_folder(key, path: str) -> None:
-    """A data-parallel run's processes write their temporary files in ``path``: :func:`hard_stop` removes it."""
+    """A kernel or a data-parallel run's processes write their temporary files in ``path``: :func:`hard_stop`
+    removes it."""
     _folders[key] = path
 
 

@@ -168,9 +168,9 @@ def run_papermill(notebook_in: str, notebook_out: str, parameters: dict, kernel:
     ``opts.timeout`` per cell; the error it raised, or None.  Signals are deferred while it runs (a signal stops
     the kernel, papermill saves what ran and raises), and no kernel is left running, whatever happened."""
     import papermill as pm
-    tmp = tempfile.mkdtemp(prefix="ds2-kernel-")
-    interrupt.track_folder(tmp, tmp)
     with interrupt.deferred():
+        tmp = tempfile.mkdtemp(prefix="ds2-kernel-")      # the kernel's temporary folder (kernel_environment)
+        interrupt.track_folder(tmp, tmp)
         try:
             pm.execute_notebook(notebook_in, notebook_out, parameters=parameters, kernel_name=kernel, cwd=cwd,
                                 execution_timeout=opts.timeout, progress_bar=opts.progress, log_output=False,
@@ -231,11 +231,11 @@ def _not_after_a_signal(record) -> bool:
 logging.getLogger("papermill").addFilter(_not_after_a_signal)
 
 
-def kernel_manager_logging_to(log_path: str, tmp: Optional[str] = None):
+def kernel_manager_logging_to(log_path: str, tmp: str):
     """A Jupyter kernel manager whose kernel writes its own stdout and stderr (C++ logs of the
     frameworks, warnings printed before a cell runs) to ``log_path`` instead of this terminal, and
-    which tells :mod:`runner.interrupt` about its kernel, so that Ctrl-C or SIGTERM stops it.  With ``tmp``,
-    the kernel's temporary folder (:func:`kernel_environment`)."""
+    which tells :mod:`runner.interrupt` about its kernel, so that Ctrl-C or SIGTERM stops it.  ``tmp``: the
+    kernel's temporary folder (:func:`kernel_environment`)."""
     from jupyter_client.manager import AsyncKernelManager
 
     class LoggingKernelManager(AsyncKernelManager):
@@ -243,8 +243,7 @@ def kernel_manager_logging_to(log_path: str, tmp: Optional[str] = None):
             log = open(log_path, "a")
             kw.setdefault("stdout", log)
             kw.setdefault("stderr", log)
-            if tmp is not None:
-                kw.setdefault("env", kernel_environment(tmp))
+            kw.setdefault("env", kernel_environment(tmp))
             try:
                 result = await super().start_kernel(**kw)
             finally:
