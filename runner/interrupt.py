@@ -9,7 +9,8 @@ exception is raised when the block ends.  Should that take longer than :data:`GR
 anyway.  A second signal during the clean-up exits at once, but first sends SIGKILL to every kernel's
 process group and to every process of a data-parallel run in progress (:func:`track_run`): a framework
 that catches SIGTERM itself (JAX's preemption notifier does, once ``jax.distributed`` is initialised)
-cannot outlive the runner that way; then the temporary folders of those runs are removed (:func:`track_folder`).
+cannot outlive the runner that way; then the temporary folders of what it started are removed
+(:func:`temporary_folder`).
 
 Standard library only.
 """
@@ -18,6 +19,8 @@ import os
 import shutil
 import signal
 import sys
+import tempfile
+from typing import Optional
 
 GRACE_S = 10
 REASONS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}
@@ -25,7 +28,7 @@ REASONS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}
 _state = {"signum": None, "deferring": 0}
 _kernels = {}   # key -> process group of a running Jupyter kernel
 _runs = {}      # key -> callable(sig) that signals every process of a data-parallel run
-_folders = {}   # key -> the temporary folder of a data-parallel run's processes
+_folders = {}   # path -> path: the temporary folders of the processes started (temporary_folder)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -139,14 +142,18 @@ def untrack_run(key) -> None:
     _runs.pop(key, None)
 
 
-def track_folder(key, path: str) -> None:
-    """A kernel or a data-parallel run's processes write their temporary files in ``path``: :func:`hard_stop`
-    removes it."""
-    _folders[key] = path
-
-
-def untrack_folder(key) -> None:
-    _folders.pop(key, None)
+@contextlib.contextmanager
+def temporary_folder(prefix: str, parent: Optional[str] = None):
+    """A new folder (in ``parent``, else the temporary folder) for the temporary files of processes the runner
+    starts (their ``TMPDIR``: a notebook's kernel, a data-parallel run, an install command), removed with what they
+    left there when the block ends, however it ends, and by :func:`hard_stop` after a second signal's SIGKILL."""
+    path = tempfile.mkdtemp(prefix=prefix, dir=parent or None)
+    _folders[path] = path
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+        _folders.pop(path, None)
 
 
 def hard_stop() -> None:

@@ -1,16 +1,15 @@
 """Starting, watching and stopping the W processes of one data-parallel run (:func:`launch`): on this host, or
 on several over ssh (runner/dp/hosts.py); the failure reasons; the staging directory's ownership.  Nothing of a
 run outlives it (runner/dp/launch.py's docstring, "Failures" and "A runner that dies")."""
+import contextlib
 import ctypes
 import json
 import os
 import re
 import shlex
-import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import time
 import uuid
 from typing import Dict, List, Optional
@@ -276,11 +275,10 @@ def launch(launcher: Launcher, python: str, script: str, world: int, log_prefix:
     the run came to (:func:`_outcome`)."""
     run_id = run_id or uuid.uuid4().hex
     base_env = dict(os.environ if env is None else env)
-    scratch = None if hosts else tempfile.mkdtemp(prefix="ds2-dp-", dir=base_env.get("TMPDIR") or None)
-    if scratch:
-        base_env["TMPDIR"] = scratch
-        interrupt.track_folder(run_id, scratch)          # a second signal removes it too, after SIGKILL
-    try:
+    scratch = contextlib.nullcontext() if hosts else interrupt.temporary_folder("ds2-dp-", base_env.get("TMPDIR"))
+    with scratch as tmp:
+        if tmp:
+            base_env["TMPDIR"] = tmp
         base_env[MARKER] = run_id
         base_env.update(launcher_env(launcher, venv))
         base_env["DS2_RUNNER_PID"] = str(os.getpid())     # runner/dp/worker.py ends itself when this process is gone
@@ -302,10 +300,6 @@ def launch(launcher: Launcher, python: str, script: str, world: int, log_prefix:
                                         hosts, join_timeout)
         return _outcome(launcher, procs, ended, t0, commands, status_prefix, log_prefix, ranks, ps_roles, announce,
                         linger, hosts, join_timeout)
-    finally:
-        if scratch:
-            shutil.rmtree(scratch, ignore_errors=True)
-            interrupt.untrack_folder(run_id)
 
 
 def _process_specs(launcher: Launcher, python: str, worker: List[str], world: int, base_env: dict, log_prefix: str,

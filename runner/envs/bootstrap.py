@@ -23,13 +23,13 @@ import signal
 import subprocess
 import sys
 import sysconfig
-import tempfile
 import threading
 import time
 import venv
 from typing import Callable, List, Optional, Tuple
 
 from common.results import atomic_write_text  # standard library only, like this module
+from runner import interrupt  # standard library only, like this module
 from runner.base import ROOT, EnvError, WheelhouseError, last_error_line
 
 ENVS_DIR = os.path.abspath(os.environ.get("DS2_ENVS_DIR", os.path.join(ROOT, ".venvs")))
@@ -82,11 +82,9 @@ def run_logged(args, log_path: str, what: str, env=None, cwd=ROOT, on_line: Opti
         raise EnvError("%s: not started, the run is stopping" % what)
     background = threading.current_thread() is not threading.main_thread()
     env = dict(os.environ if env is None else env)
-    env["TMPDIR"] = tempfile.mkdtemp(prefix="ds2-install-", dir=env.get("TMPDIR") or None)
-    try:
+    with interrupt.temporary_folder("ds2-install-", env.get("TMPDIR")) as tmp:
+        env["TMPDIR"] = tmp
         _run_logged(args, log_path, what, env, cwd, on_line, background)
-    finally:
-        shutil.rmtree(env["TMPDIR"], ignore_errors=True)
 
 
 def _run_logged(args, log_path, what, env, cwd, on_line, background) -> None:
@@ -565,7 +563,6 @@ def reexec_in_runner(argv) -> None:
         return
     if in_runner_env():
         return
-    from runner import interrupt  # standard library only, like this module
     previous = interrupt.install()
     try:
         from runner.envs.wheelhouse import from_argv

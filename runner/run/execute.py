@@ -10,7 +10,6 @@ import getpass
 import logging
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -168,9 +167,7 @@ def run_papermill(notebook_in: str, notebook_out: str, parameters: dict, kernel:
     ``opts.timeout`` per cell; the error it raised, or None.  Signals are deferred while it runs (a signal stops
     the kernel, papermill saves what ran and raises), and no kernel is left running, whatever happened."""
     import papermill as pm
-    with interrupt.deferred():
-        tmp = tempfile.mkdtemp(prefix="ds2-kernel-")      # the kernel's temporary folder (kernel_environment)
-        interrupt.track_folder(tmp, tmp)
+    with interrupt.deferred(), interrupt.temporary_folder("ds2-kernel-") as tmp:   # the kernel's (kernel_environment)
         try:
             pm.execute_notebook(notebook_in, notebook_out, parameters=parameters, kernel_name=kernel, cwd=cwd,
                                 execution_timeout=opts.timeout, progress_bar=opts.progress, log_output=False,
@@ -179,8 +176,6 @@ def run_papermill(notebook_in: str, notebook_out: str, parameters: dict, kernel:
             return e
         finally:
             interrupt.reap_kernels()
-            shutil.rmtree(tmp, ignore_errors=True)
-            interrupt.untrack_folder(tmp)
     return None
 
 
