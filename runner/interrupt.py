@@ -10,9 +10,10 @@ anyway.  A second signal during the clean-up exits at once, but first sends SIGK
 process group and to every process of a data-parallel run in progress (:func:`track_run`): a framework
 that catches SIGTERM itself (JAX's preemption notifier does, once ``jax.distributed`` is initialised)
 cannot outlive the runner that way; then the temporary folders of what it started are removed
-(:func:`temporary_folder`).
+(:func:`temporary_folder`).  What a runner killed outright (SIGKILL, the OOM killer) left there, the next
+run's :func:`temporary_folder` removes: each folder's name says which runner made it.
 
-Standard library only.
+Standard library and :mod:`common.parallel`.
 """
 import contextlib
 import os
@@ -20,7 +21,9 @@ import shutil
 import signal
 import sys
 import tempfile
-from typing import Optional
+from typing import List, Optional
+
+from common.parallel import process_start_time, runner_alive
 
 GRACE_S = 10
 REASONS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}
@@ -146,14 +149,45 @@ def untrack_run(key) -> None:
 def temporary_folder(prefix: str, parent: Optional[str] = None):
     """A new folder (in ``parent``, else the temporary folder) for the temporary files of processes the runner
     starts (their ``TMPDIR``: a notebook's kernel, a data-parallel run, an install command), removed with what they
-    left there when the block ends, however it ends, and by :func:`hard_stop` after a second signal's SIGKILL."""
-    path = tempfile.mkdtemp(prefix=prefix, dir=parent or None)
+    left there when the block ends, however it ends, and by :func:`hard_stop` after a second signal's SIGKILL.
+    Its name, ``<prefix><pid>.<start>-<random>``, names this runner (:func:`common.parallel.process_start_time`):
+    the folders of ``prefix`` that runners which no longer run left in ``parent`` are removed first
+    (:func:`remove_stale_folders`)."""
+    parent = parent or tempfile.gettempdir()
+    remove_stale_folders(prefix, parent)
+    pid = os.getpid()
+    path = tempfile.mkdtemp(prefix="%s%d.%s-" % (prefix, pid, process_start_time(pid) or "0"), dir=parent)
     _folders[path] = path
     try:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
         _folders.pop(path, None)
+
+
+def remove_stale_folders(prefix: str, parent: str) -> List[str]:
+    """Remove the folders ``<prefix><pid>.<start>-*`` in ``parent`` (:func:`temporary_folder`) whose runner no
+    longer runs (killed outright: nothing of it could remove them); a live runner's folders, and names of
+    another form, are left alone.  Returns the paths removed."""
+    removed = []
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return removed
+    for name in names:
+        if not name.startswith(prefix):
+            continue
+        owner = name[len(prefix):].split("-", 1)[0]
+        pid, dot, start = owner.partition(".")
+        if not (pid.isdigit() and dot and start.isdigit()):
+            continue
+        if runner_alive(int(pid), None if start == "0" else start):
+            continue
+        path = os.path.join(parent, name)
+        shutil.rmtree(path, ignore_errors=True)
+        if not os.path.exists(path):
+            removed.append(path)
+    return removed
 
 
 def hard_stop() -> None:

@@ -13,8 +13,8 @@ Then, for each launcher (torchrun, TF_CONFIG processes, jax.distributed, mpiexec
 dist_sync): no process of the run (every one carries the test's marker variable) is left 10 s after
 run_all.py exits; every record in the results directory is whole JSON and no ``*.partial`` file is left;
 where run_all.py survives the signal long enough (a single signal), the target's record is failed with the
-signal's reason and results.md is regenerated; after a SIGKILL, what the run left in ``.staging/`` is what
-the next run removes.  The default tier runs JAX with the double signal and with SIGKILL (torchrun's Ctrl-C:
+signal's reason and results.md is regenerated; after a SIGKILL, what the run left in ``.staging/`` and in its temporary folder is
+what the next run removes.  The default tier runs JAX with the double signal and with SIGKILL (torchrun's Ctrl-C:
 tests/test_distributed.py); ``--full`` runs the whole matrix.  Set ``DS2_FAULT_TABLE=FILE`` to get a line per case
 (launcher, sequence, processes left, seconds to clean) appended to FILE."""
 import glob
@@ -31,6 +31,7 @@ from common import results
 from runner.dp import launch
 from common import parallel
 from runner.dp import supervisor
+from runner import interrupt
 from tests.conftest import ROOT
 
 #: launcher -> (target, extra run_all.py options)
@@ -150,6 +151,10 @@ def test_no_process_outlives_a_stopped_run(tmp_path, tag, launcher, sequence):
         launch.clean_stale_staging(staging)
         transient = [n for n in os.listdir(staging) if not n.endswith(".py")] if os.path.isdir(staging) else []
         assert not transient, transient
+        # and the next run's temporary folder removes what the killed runner's workers left
+        for prefix in ("ds2-dp-", "ds2-kernel-", "ds2-install-"):
+            interrupt.remove_stale_folders(prefix, str(tmpdir))
+        assert os.listdir(str(tmpdir)) == [], os.listdir(str(tmpdir))
         return
     assert proc.returncode == 128 + first, (proc.returncode, text[-2000:])
     if len(SEQUENCES[sequence]) == 1:

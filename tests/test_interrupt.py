@@ -165,6 +165,71 @@ def test_a_kernel_stopped_outright_leaves_nothing_in_the_temporary_folder(tmp_pa
     assert cache == os.path.join(str(tmp), "torchinductor_" + getpass.getuser()), cache
 
 
+KILLED_RUNNER = textwrap.dedent("""
+    import sys, tempfile
+    sys.path.insert(0, %r)
+    import nbformat
+    from common.spec import get_preset
+    from runner.run import execute
+    work, tmp, cell = sys.argv[1:4]
+    tempfile.tempdir = tmp
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                           "language": "python"}})
+    nb.cells = [nbformat.v4.new_code_cell(cell)]
+    nbformat.write(nb, work + "/in.ipynb")
+    opts = execute.RunOptions(get_preset("smoke"), "fp32", 0, "cpu", work, timeout=600, progress=False)
+    execute.run_papermill(work + "/in.ipynb", work + "/out.ipynb", {}, "python3", work, opts, work + "/kernel.log")
+""" % ROOT)
+#: the notebook's one cell: it writes its pid and a temporary folder of its own, then runs on
+KERNEL_CELL = ("import os, tempfile, time\n"
+               "open(%r + '.part', 'w').write('%%d %%s' %% (os.getpid(), tempfile.mkdtemp()))\n"
+               "os.rename(%r + '.part', %r)\n"
+               "time.sleep(300)")
+
+
+def test_what_a_runner_killed_outright_left_the_next_run_removes(tmp_path):
+    """A runner SIGKILLed during a notebook (the OOM killer): its kernel stops itself (ipykernel watches its
+    parent), and the kernel's temporary folder -- its connection file, what it wrote there -- is what the next
+    run's temporary folder removes, because its name says that runner is gone.  A live runner's is kept."""
+    from runner import interrupt
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    marker = tmp_path / "kernel"
+    cell = KERNEL_CELL % (str(marker), str(marker), str(marker))
+    runner = subprocess.Popen([sys.executable, "-c", KILLED_RUNNER, str(tmp_path), str(tmp), cell])
+    try:
+        deadline = time.time() + STARTUP_S
+        while not marker.exists() and time.time() < deadline and runner.poll() is None:
+            time.sleep(0.2)
+        kernel, left = marker.read_text().split()
+    finally:
+        runner.kill()
+        runner.wait()
+    deadline = time.time() + 10
+    while alive_pid(int(kernel)) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not alive_pid(int(kernel)), "the kernel outlived its runner by 10 s"
+    folders = os.listdir(str(tmp))
+    assert len(folders) == 1 and folders[0].startswith("ds2-kernel-%d." % runner.pid), folders   # nothing else
+    assert os.path.dirname(left) == str(tmp / folders[0])
+    assert "kernel-connection.json" in os.listdir(str(tmp / folders[0]))
+    live = tmp / ("ds2-kernel-%d.%s-x" % (os.getpid(), interrupt.process_start_time(os.getpid())))
+    other = tmp / "ds2-kernel-made-by-hand"
+    live.mkdir()
+    other.mkdir()
+    with interrupt.temporary_folder("ds2-kernel-", str(tmp)) as mine:
+        assert sorted(os.listdir(str(tmp))) == sorted([live.name, other.name, os.path.basename(mine)])
+    assert sorted(os.listdir(str(tmp))) == sorted([live.name, other.name])
+
+
+def alive_pid(pid):
+    return bool(alive_pids([pid]))
+
+
+def alive_pids(pids):
+    return [pid for pid, (_, _, stat, _) in processes().items() if pid in pids and not stat.startswith("Z")]
+
+
 SECOND_SIGNAL = textwrap.dedent("""
     import os, signal, sys, time
     sys.path.insert(0, %r)

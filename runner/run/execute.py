@@ -230,7 +230,7 @@ def kernel_manager_logging_to(log_path: str, tmp: str):
     """A Jupyter kernel manager whose kernel writes its own stdout and stderr (C++ logs of the
     frameworks, warnings printed before a cell runs) to ``log_path`` instead of this terminal, and
     which tells :mod:`runner.interrupt` about its kernel, so that Ctrl-C or SIGTERM stops it.  ``tmp``: the
-    kernel's temporary folder (:func:`kernel_environment`)."""
+    kernel's temporary folder (:func:`kernel_environment`), which also holds its connection file."""
     from jupyter_client.manager import AsyncKernelManager
 
     class LoggingKernelManager(AsyncKernelManager):
@@ -239,6 +239,8 @@ def kernel_manager_logging_to(log_path: str, tmp: str):
             kw.setdefault("stdout", log)
             kw.setdefault("stderr", log)
             kw.setdefault("env", kernel_environment(tmp))
+            if not self.connection_file:      # else a tmp*.json in the caller's temporary folder
+                self.connection_file = os.path.join(tmp, "kernel-connection.json")
             try:
                 result = await super().start_kernel(**kw)
             finally:
