@@ -13,6 +13,7 @@
 - :mod:`common.labels`    CNTK's per-frame CTC labels
 - :mod:`common.flops`, :mod:`common.roofline`, :mod:`common.profile` FLOPs, rooflines and profile shares
 - :mod:`common.parallel`  data-parallel shards and rank facts
+- :mod:`common.processes` a process named by its pid and start time (is a run's runner still alive?)
 - :mod:`common.compile_cache` the persistent XLA caches' directories and counters
 - :mod:`common.corpus`    the real task's corpus, spoken offline (espeak-ng, flite), and its iterator
 - :mod:`common.decode`    greedy CTC decoding and the character error rate

@@ -125,30 +125,6 @@ def world_from_env(env: Optional[Dict[str, str]] = None) -> World:
     return World(0, 1, 0, "single")
 
 
-def process_start_time(pid: int) -> Optional[str]:
-    """``pid``'s start time in clock ticks since boot (/proc/PID/stat, field 22), or None: with the pid, it
-    names one process even after the pid is reused."""
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
-
-
-def runner_alive(pid: int, start: Optional[str]) -> bool:
-    """Whether the process ``pid`` that started at ``start`` (:func:`process_start_time`) still runs: how a
-    worker (``runner/dp/worker.py``, ``DS2_RUNNER_PID``/``DS2_RUNNER_START``) notices that its runner died."""
-    now = process_start_time(pid)
-    if now is None:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except OSError:
-            return True
-        return start is None          # no /proc: the pid exists
-    return start is None or now == start
-
 def _checked(world: World) -> World:
     if world.world_size < 1 or not 0 <= world.rank < world.world_size:
         raise ValueError("rank %d is not in a world of %d processes" % (world.rank, world.world_size))

@@ -13,7 +13,7 @@ cannot outlive the runner that way; then the temporary folders of what it starte
 (:func:`temporary_folder`).  What a runner killed outright (SIGKILL, the OOM killer) left there, the next
 run's :func:`temporary_folder` removes: each folder's name says which runner made it.
 
-Standard library and :mod:`common.parallel`.
+Standard library only (and :mod:`common.processes`, itself standard library only).
 """
 import contextlib
 import os
@@ -23,7 +23,7 @@ import sys
 import tempfile
 from typing import List, Optional
 
-from common.parallel import process_start_time, runner_alive
+from common.processes import process_start_time, runner_alive
 
 GRACE_S = 10
 REASONS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}
@@ -150,7 +150,7 @@ def temporary_folder(prefix: str, parent: Optional[str] = None):
     """A new folder (in ``parent``, else the temporary folder) for the temporary files of processes the runner
     starts (their ``TMPDIR``: a notebook's kernel, a data-parallel run, an install command), removed with what they
     left there when the block ends, however it ends, and by :func:`hard_stop` after a second signal's SIGKILL.
-    Its name, ``<prefix><pid>.<start>-<random>``, names this runner (:func:`common.parallel.process_start_time`):
+    Its name, ``<prefix><pid>.<start>-<random>``, names this runner (:func:`common.processes.process_start_time`):
     the folders of ``prefix`` that runners which no longer run left in ``parent`` are removed first
     (:func:`remove_stale_folders`)."""
     parent = parent or tempfile.gettempdir()

@@ -29,7 +29,7 @@ import pytest
 
 from common import results
 from runner.dp import launch
-from common import parallel
+from common import processes
 from runner.dp import supervisor
 from runner import interrupt
 from tests.conftest import ROOT
@@ -174,7 +174,7 @@ def test_stale_staging_of_a_dead_runner_is_removed_and_a_live_ones_kept(tmp_path
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()                                        # a pid that no longer runs
     for stem, pid in (("dead_w2", dead.pid), ("live_w2", os.getpid())):
-        (staging / (stem + ".owner")).write_text("%d %s\n" % (pid, parallel.process_start_time(pid) or ""))
+        (staging / (stem + ".owner")).write_text("%d %s\n" % (pid, processes.process_start_time(pid) or ""))
         for name in (".json", ".rank0.status.json", ".rank1.status.json", ".py", ".json.123.partial"):
             (staging / (stem + name)).write_text("x")
     removed = launch.clean_stale_staging(str(staging))
@@ -196,11 +196,11 @@ def test_a_worker_stops_itself_once_its_runner_is_gone(tmp_path):
     runner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
     code = ("import signal, sys, time; sys.path.insert(0, %r)\n"
             "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-            "from runner.dp import worker; from common.parallel import runner_alive\n"
+            "from runner.dp import worker; from common.processes import runner_alive\n"
             "worker.watch_runner(runner_alive)\n"
             "print('watching', flush=True); time.sleep(60)\n" % ROOT)
     env = dict(os.environ, DS2_RUNNER_PID=str(runner.pid),
-               DS2_RUNNER_START=parallel.process_start_time(runner.pid) or "")
+               DS2_RUNNER_START=processes.process_start_time(runner.pid) or "")
     worker = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               universal_newlines=True)
     try:

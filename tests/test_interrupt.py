@@ -16,6 +16,7 @@ import nbformat
 import pytest
 
 from common import results
+from common.processes import process_start_time
 from tests.conftest import ROOT
 
 STARTUP_S = 600      # environment check, kernel start and the first cell, on a busy 2-core machine
@@ -213,7 +214,7 @@ def test_what_a_runner_killed_outright_left_the_next_run_removes(tmp_path):
     assert len(folders) == 1 and folders[0].startswith("ds2-kernel-%d." % runner.pid), folders   # nothing else
     assert os.path.dirname(left) == str(tmp / folders[0])
     assert "kernel-connection.json" in os.listdir(str(tmp / folders[0]))
-    live = tmp / ("ds2-kernel-%d.%s-x" % (os.getpid(), interrupt.process_start_time(os.getpid())))
+    live = tmp / ("ds2-kernel-%d.%s-x" % (os.getpid(), process_start_time(os.getpid())))
     other = tmp / "ds2-kernel-made-by-hand"
     live.mkdir()
     other.mkdir()

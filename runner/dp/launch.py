@@ -56,7 +56,7 @@ from collections import OrderedDict
 from typing import List, Optional
 
 from common import envinfo, parallel, results
-from common.parallel import process_start_time, runner_alive
+from common.processes import process_start_time, runner_alive
 from common.data import shard_sizes
 
 from runner.envs import framework_envs

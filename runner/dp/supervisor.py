@@ -15,7 +15,7 @@ import uuid
 from typing import Dict, List, Optional
 
 from common import results
-from common.parallel import process_start_time
+from common.processes import process_start_time
 
 from runner import interrupt
 from runner.dp import host_agent

@@ -92,7 +92,8 @@ def main(argv):
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
     sys.path.insert(0, os.path.dirname(script))
     sys.path.append(ROOT)
-    from common.parallel import runner_alive, world_from_env
+    from common.parallel import world_from_env
+    from common.processes import runner_alive
     watch_runner(runner_alive)
     world = world_from_env()
     rank = world.rank
