@@ -32,7 +32,7 @@ from common import envinfo, exports, reference, results
 from common.data import DeepMarkIterator
 from common.weights import load_weights
 
-from runner.run import execute
+from runner.run import execute, staging
 from runner import interrupt
 from runner.base import ROOT, EnvError
 from runner.envs.definitions import ENVS
@@ -331,7 +331,7 @@ def run_pair(source: Target, destination: Target, opts: "execute.RunOptions", ke
         error = execute.run_papermill(notebook_in, partial_nb, parameters, kernel,
                                       os.path.dirname(destination.notebook_path), opts, kernel_log)
         with interrupt.deferred():
-            executed = execute._keep(partial_nb, notebook_out)
+            executed = staging.keep_executed(partial_nb, notebook_out)
             rec["run"].update(executed_notebook=_rel(executed), wall_s=time.time() - t0)
             if os.path.exists(notebook_in):
                 os.remove(notebook_in)
@@ -340,7 +340,7 @@ def run_pair(source: Target, destination: Target, opts: "execute.RunOptions", ke
             return _evaluate(rec, src, source, destination, opts, paths, finish)
     except interrupt.Interrupted as e:
         interrupt.reap_kernels()
-        execute._keep(partial_nb, notebook_out)
+        staging.keep_executed(partial_nb, notebook_out)
         if not written:
             finish("failed", e.reason)
         raise

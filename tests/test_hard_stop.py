@@ -13,9 +13,10 @@ Then, for each launcher (torchrun, TF_CONFIG processes, jax.distributed, mpiexec
 dist_sync): no process of the run (every one carries the test's marker variable) is left 10 s after
 run_all.py exits; every record in the results directory is whole JSON and no ``*.partial`` file is left;
 where run_all.py survives the signal long enough (a single signal), the target's record is failed with the
-signal's reason and results.md is regenerated; after a SIGKILL, what the run left in ``.staging/`` and in its temporary folder is
-what the next run removes.  The default tier runs JAX with the double signal and with SIGKILL (torchrun's Ctrl-C:
-tests/test_distributed.py); ``--full`` runs the whole matrix.  Set ``DS2_FAULT_TABLE=FILE`` to get a line per case
+signal's reason and results.md is regenerated; after a SIGKILL, the next run writes the row's record (prepared
+when it started) and removes what the run left in ``.staging/`` and in its temporary folder.  The default tier
+runs JAX with the double signal and with SIGKILL (torchrun's Ctrl-C: tests/test_distributed.py); ``--full`` runs
+the whole matrix.  Set ``DS2_FAULT_TABLE=FILE`` to get a line per case
 (launcher, sequence, processes left, seconds to clean) appended to FILE."""
 import glob
 import json
@@ -25,13 +26,13 @@ import subprocess
 import sys
 import time
 
+import nbformat
 import pytest
 
-from common import results
-from runner.dp import launch
-from common import processes
-from runner.dp import supervisor
+from common import processes, results
 from runner import interrupt
+from runner.dp import supervisor
+from runner.run import staging
 from tests.conftest import ROOT
 
 #: launcher -> (target, extra run_all.py options)
@@ -146,12 +147,16 @@ def test_no_process_outlives_a_stopped_run(tmp_path, tag, launcher, sequence):
     first = SEQUENCES[sequence][0][1]
     if sequence == "SIGKILL":
         assert proc.returncode == -signal.SIGKILL
-        # what the killed run left in .staging/ (rank files, its owner), the next run removes
-        staging = os.path.join(results_dir, ".staging")
-        launch.clean_stale_staging(staging)
-        transient = [n for n in os.listdir(staging) if not n.endswith(".py")] if os.path.isdir(staging) else []
+        assert not results.read_records(os.path.join(results_dir, "records")), "a killed runner wrote a record"
+        # the next run writes the row's prepared record and removes what the killed run left in .staging/ (rank
+        # files, its owner) and in its temporary folder
+        written = staging.recover(results_dir)
+        recs = results.read_records(os.path.join(results_dir, "records"))
+        assert len(written) == 1 and [(r["status"], r["distributed"]["world_size"]) for r in recs] == [("failed", 2)]
+        assert recs[0]["error"].startswith("the runner (pid %d) ended while this row ran" % proc.pid), recs[0]
+        stage = os.path.join(results_dir, ".staging")
+        transient = [n for n in os.listdir(stage) if not n.endswith(".py")] if os.path.isdir(stage) else []
         assert not transient, transient
-        # and the next run's temporary folder removes what the killed runner's workers left
         for prefix in ("ds2-dp-", "ds2-kernel-", "ds2-install-"):
             interrupt.remove_stale_folders(prefix, str(tmpdir))
         assert os.listdir(str(tmpdir)) == [], os.listdir(str(tmpdir))
@@ -168,26 +173,37 @@ def test_no_process_outlives_a_stopped_run(tmp_path, tag, launcher, sequence):
         assert "again during the clean-up; stopped at once" in text or "regenerated" in text, text[-2000:]
 
 
-def test_stale_staging_of_a_dead_runner_is_removed_and_a_live_ones_kept(tmp_path):
-    staging = tmp_path / ".staging"
-    staging.mkdir()
+def test_a_dead_runners_rows_get_their_prepared_record_and_a_live_ones_are_left_alone(tmp_path):
+    """runner/run/staging.py: a row claimed by a runner that no longer runs gets the failed record prepared when it
+    started (with the part of its notebook that ran), and its transient files go; a live runner's stay."""
+    results_dir = tmp_path / "results"
+    stage = results_dir / ".staging"
+    notebooks = results_dir / "notebooks"
+    notebooks.mkdir(parents=True)
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()                                        # a pid that no longer runs
-    for stem, pid in (("dead_w2", dead.pid), ("live_w2", os.getpid())):
-        (staging / (stem + ".owner")).write_text("%d %s\n" % (pid, processes.process_start_time(pid) or ""))
+    record = results.failed_record("jax", "failed", "not finished", framework="JAX", run={"finished": "x"})
+    for stem in ("dead_w2", "live_w2", "reused_w2"):
+        staging.claim(str(stage), stem, dict(record))
         for name in (".json", ".rank0.status.json", ".rank1.status.json", ".py", ".json.123.partial"):
-            (staging / (stem + name)).write_text("x")
-    removed = launch.clean_stale_staging(str(staging))
-    assert sorted(os.path.basename(p) for p in removed) == sorted(
-        ["dead_w2.json", "dead_w2.rank0.status.json", "dead_w2.rank1.status.json", "dead_w2.json.123.partial",
-         "dead_w2.owner"])
-    left = sorted(os.listdir(str(staging)))
-    assert "dead_w2.py" in left and all(n in left for n in ("live_w2.owner", "live_w2.json"))
-    # a pid that was reused by another process is not the runner: its start time differs
-    (staging / "reused_w2.owner").write_text("%d 1\n" % os.getpid())
-    (staging / "reused_w2.json").write_text("x")
-    launch.clean_stale_staging(str(staging))
-    assert not (staging / "reused_w2.json").exists()
+            (stage / (stem + name)).write_text("x")
+    (stage / "dead_w2.owner").write_text("%d %s\n" % (dead.pid, processes.process_start_time(dead.pid) or ""))
+    (stage / "reused_w2.owner").write_text("%d 1\n" % os.getpid())    # a pid reused by another process
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("1")]
+    nbformat.write(nb, str(notebooks / "dead_w2.partial.ipynb"))
+    written = staging.recover(str(results_dir))
+    assert sorted(os.path.basename(p) for p in written) == ["dead_w2.json", "reused_w2.json"]
+    rec = results.read_record(str(results_dir / "records" / "dead_w2.json"))
+    assert rec["status"] == "failed" and rec["error"] == staging.killed_reason(os.getpid())   # the claimer's pid
+    assert rec["run"]["finished"] is None and rec["run"]["found_by_the_next_run"]
+    assert rec["run"]["executed_notebook"] == os.path.relpath(str(notebooks / "dead_w2.ipynb"), ROOT)
+    assert sorted(os.listdir(str(notebooks))) == ["dead_w2.ipynb"]                         # the part that ran
+    left = sorted(os.listdir(str(stage)))
+    assert [n for n in left if not n.startswith("live_w2")] == ["dead_w2.py", "reused_w2.py"], left
+    assert "live_w2.owner" in left and "live_w2.killed.json" in left and "live_w2.json" in left
+    staging.release(str(stage), "live_w2")             # the live run ends: only its script stays
+    assert sorted(os.listdir(str(stage))) == ["dead_w2.py", "live_w2.py", "reused_w2.py"]
 
 
 def test_a_worker_stops_itself_once_its_runner_is_gone(tmp_path):

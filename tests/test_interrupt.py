@@ -139,6 +139,44 @@ def test_sigterm_as_timeout_sends_it(tmp_path):
     stop_and_check(proc, kernels, results_dir, lambda p: os.kill(p.pid, signal.SIGTERM), 143, "terminated")
 
 
+def test_a_row_whose_runner_was_killed_outright_is_recorded_by_the_next_run(tmp_path):
+    """SIGKILL to run_all.py alone (the out-of-memory killer, ``kill -9``): it can write nothing, and its kernel
+    stops itself.  The next run into the same results directory writes the row's failed record, prepared when the
+    row started, keeps the part of the notebook that ran, and results.md says the row did not finish (an earlier
+    run's record of it would otherwise stand for it)."""
+    results_dir = str(tmp_path / "results")
+    proc, kernels = start_pytorch_run(results_dir)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=STOP_S)
+    deadline = time.time() + 10
+    while alive(kernels) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not alive(kernels), "the kernel outlived its runner by 10 s: %s" % alive(kernels)
+    assert results.read_records(os.path.join(results_dir, "records")) == []
+    stem = "pytorch_smoke_fp32_bs8_cpu"
+    assert sorted(os.listdir(os.path.join(results_dir, ".staging"))) == [stem + ".killed.json", stem + ".owner"]
+    # the next run, of another row
+    nxt = subprocess.run([sys.executable, os.path.join(ROOT, "run_all.py"), "--preset", "smoke", "--frameworks",
+                          "mxnet", "--no-progress", "--results-dir", results_dir], cwd=ROOT,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, timeout=STARTUP_S,
+                         env=dict(os.environ, TMPDIR=tmp_of(results_dir)))
+    assert nxt.returncode == 0, nxt.stdout
+    recs = {r["target"]: r for r in results.read_records(os.path.join(results_dir, "records"))}
+    assert recs["mxnet"]["status"] == "ok", recs["mxnet"]
+    rec = recs["pytorch"]
+    assert rec["status"] == "failed" and rec["error"].startswith("the runner (pid %d) ended while this row ran"
+                                                                 % proc.pid), rec
+    assert rec["run"]["executed_notebook"].endswith("notebooks/%s.ipynb" % stem), rec["run"]
+    notebooks = os.listdir(os.path.join(results_dir, "notebooks"))
+    assert stem + ".ipynb" in notebooks and not [n for n in notebooks if "partial" in n], notebooks
+    nb = nbformat.read(os.path.join(results_dir, "notebooks", stem + ".ipynb"), as_version=4)
+    assert sum(1 for c in nb.cells if c.cell_type == "code" and c.get("execution_count")) >= 2
+    assert os.listdir(os.path.join(results_dir, ".staging")) == []
+    with open(os.path.join(results_dir, "results.md")) as f:
+        assert "not finished (interrupted): the runner (pid %d)" % proc.pid in f.read()
+    assert os.listdir(tmp_of(results_dir)) == [], "left %s" % os.listdir(tmp_of(results_dir))
+
+
 def test_a_kernel_stopped_outright_leaves_nothing_in_the_temporary_folder(tmp_path, monkeypatch):
     """Each notebook's kernel gets a temporary folder of its own, removed when the notebook ends, even when the
     kernel was killed (it cannot clean up then: TensorFlow's AutoGraph sources, a profiler's trace folder were

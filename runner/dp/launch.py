@@ -30,9 +30,9 @@ clean-up SIGKILLs every process of the run at once (:func:`runner.interrupt.hard
 processes end within about a second: each process it starts gets ``PR_SET_PDEATHSIG`` -- SIGKILL for a
 worker or an MXNet ps-lite role it starts itself, SIGTERM for torchrun and mpiexec, which then stop their
 workers -- and every worker (``runner/dp/worker.py``) also watches the runner's process
-(``DS2_RUNNER_PID``) and kills itself once that is gone, whoever its parent is.  What such a run leaves in
-``.staging/`` (rank 0's record, the status files) is removed by the next data-parallel run into the same
-results directory (:func:`clean_stale_staging`).  The failed row's reason names the rank
+(``DS2_RUNNER_PID``) and kills itself once that is gone, whoever its parent is.  The next run into the same
+results directory writes such a row's failed record (prepared when it started) and removes what it left in
+``.staging/`` (rank 0's record, the status files): :mod:`runner.run.staging`.  The failed row's reason names the rank
 and the last error line of its log.  A run whose every rank reported ok counts, even when a process
 then dies at exit (a framework's teardown: gloo was seen to abort one rank's interpreter shutdown in
 6 runs in 240): its record's ``run.teardown`` names the process, the signal and its last log line.
@@ -56,7 +56,6 @@ from collections import OrderedDict
 from typing import List, Optional
 
 from common import envinfo, parallel, results
-from common.processes import process_start_time, runner_alive
 from common.data import shard_sizes
 
 from runner.envs import framework_envs
@@ -66,6 +65,7 @@ from runner.envs.bootstrap import env_python
 from runner.envs.definitions import ENVS
 from runner.run.targets import Target
 from runner.dp.launchers import LAUNCHERS, Launcher, launcher_for, launcher_table_markdown
+from runner.run import staging
 from runner.run.targets import MXNET_DP_MODES
 from runner.dp.supervisor import GRACE_S, _which, launch
 
@@ -141,7 +141,7 @@ class _Run:
         self.dirs = {k: os.path.join(opts.results_dir, k) for k in ("records", ".staging", "logs")}
         for d in self.dirs.values():
             os.makedirs(d, exist_ok=True)
-        clean_stale_staging(self.dirs[".staging"])          # what a killed runner left
+        staging.recover(opts.results_dir)                    # the rows of a runner killed outright
         self.record_path = os.path.join(self.dirs["records"], self.stem + ".json")
         self.staged = os.path.join(self.dirs[".staging"], self.stem + ".json")
         self.script = os.path.join(self.dirs[".staging"], self.stem + ".py")
@@ -171,13 +171,18 @@ class _Run:
         info.update(extra or {})
         return info
 
-    def finish(self, status: str, reason: str, extra=None) -> dict:
+    def failed(self, status: str, reason: str, extra=None) -> dict:
+        """The failed record of this run, with its ``distributed`` and ``run`` sections."""
         from runner.run import execute
         rec = results.failed_record(self.target.name, status, reason, **execute._base_fields(self.target, self.gopts))
         rec["environment"] = envinfo.collect()
         rec["distributed"] = dict(self.section)
         rec["run"] = self.run_section(extra)
-        results.write_record(self.record_path, execute.mark_as_is(rec, self.target, self.opts))
+        return execute.mark_as_is(rec, self.target, self.opts)
+
+    def finish(self, status: str, reason: str, extra=None) -> dict:
+        rec = self.failed(status, reason, extra)
+        results.write_record(self.record_path, rec)
         self.announce("  %s: %s" % (status, rec["error"]))
         return rec
 
@@ -264,18 +269,18 @@ class _Run:
                 return None, self.finish("failed", str(e))
         self.announce("  %d workers via %s%s" % (workers, launcher.name, " on %d hosts (%s)" % (
             len(hosts), ", ".join("%s:%d" % (h.name, h.slots) for h in hosts)) if hosts else ""))
-        claim_staging(self.status_prefix)
+        staging.claim(self.dirs[".staging"], self.stem, self.failed("failed", "not finished"))
         try:
             res = launch(launcher, self.python, self.script, workers, self.log_prefix, self.status_prefix,
                          cwd=os.path.dirname(self.target.notebook_path), timeout=self.opts.timeout, venv=self.venv,
                          announce=self.announce, grace=grace, hosts=hosts, ssh_options=ssh_options,
                          join_timeout=join_timeout)
         except KeyboardInterrupt as e:     # run_all.py's SIGINT/SIGTERM (runner.interrupt) say which
-            release_staging(self.status_prefix, workers)
+            staging.release(self.dirs[".staging"], self.stem)
             self.finish("failed", getattr(e, "reason", "interrupted by the user"))
             raise
         except OSError as e:
-            release_staging(self.status_prefix, workers)
+            staging.release(self.dirs[".staging"], self.stem)
             return None, self.finish("failed", "cannot start the %s launcher: %s" % (launcher.name, e))
         return res, None
 
@@ -292,14 +297,14 @@ class _Run:
             extra["teardown"] = "every rank reported ok; then " + res.teardown
         _clean_statuses(self.status_prefix, workers)
         if not res.ok:
-            release_staging(self.status_prefix, workers)
+            staging.release(self.dirs[".staging"], self.stem)
             return self.finish("failed", res.reason, extra)
         try:
             rec = results.read_record(self.staged)
         except (OSError, ValueError) as e:
-            release_staging(self.status_prefix, workers)
+            staging.release(self.dirs[".staging"], self.stem)
             return self.finish("failed", "rank 0 wrote no valid record: %s" % e, extra)
-        release_staging(self.status_prefix, workers)
+        staging.release(self.dirs[".staging"], self.stem)
         expected = execute.expected_checksum(self.gopts.preset, opts.seed)
         got = (rec.get("data") or {}).get("checksum")
         rec.setdefault("checks", {})["checksum"] = {"checksum": got, "expected": expected, "ok": got == expected}
@@ -431,54 +436,6 @@ def _clean_statuses(status_prefix: str, world: int) -> None:
         path = "%s.rank%d.status.json" % (status_prefix, rank)
         if os.path.exists(path):
             os.remove(path)
-
-
-OWNER = ".owner"
-
-
-def claim_staging(status_prefix: str) -> str:
-    """``<stem>.owner`` in ``.staging/``: this runner's pid and start time, while its run's transient files (rank 0's
-    record, the status files) are there.  Removed with them when the run ends (:func:`release_staging`)."""
-    path = status_prefix + OWNER
-    results.atomic_write_text(path, "%d %s\n" % (os.getpid(), process_start_time(os.getpid()) or ""))
-    return path
-
-
-def release_staging(status_prefix: str, world: int) -> None:
-    _clean_statuses(status_prefix, world)
-    for path in (status_prefix + ".json", status_prefix + OWNER):
-        if os.path.exists(path):
-            os.remove(path)
-
-
-def clean_stale_staging(staging: str) -> List[str]:
-    """Remove what runs whose runner died (SIGKILL, the OOM killer) left in ``staging``: each ``<stem>.owner``
-    whose process is gone, with that stem's record and status files (its exported script stays: a run of the
-    same stem rewrites it).  A live runner's files are left alone.  Returns the paths removed."""
-    removed = []
-    if not os.path.isdir(staging):
-        return removed
-    for name in sorted(os.listdir(staging)):
-        if not name.endswith(OWNER):
-            continue
-        owner = os.path.join(staging, name)
-        try:
-            with open(owner) as f:
-                fields = f.read().split()
-            pid, start = int(fields[0]), (fields[1] if len(fields) > 1 else None)
-        except (OSError, ValueError, IndexError):
-            pid, start = None, None
-        if pid is not None and runner_alive(pid, start):
-            continue
-        stem = name[:-len(OWNER)]
-        for other in os.listdir(staging):
-            if other == stem + ".json" or (other.startswith(stem + ".rank") and other.endswith(".status.json")) \
-                    or (other.startswith(stem + ".") and other.endswith(".partial")):
-                os.remove(os.path.join(staging, other))
-                removed.append(os.path.join(staging, other))
-        os.remove(owner)
-        removed.append(owner)
-    return removed
 
 
 def main() -> int:

@@ -48,9 +48,10 @@ def _label(rec: dict) -> str:
 
 
 #: a failed record's reason when a signal or a time limit stopped the run (runner/interrupt.py, runner/run/execute.py,
-#: runner/dp/supervisor.py), not the notebook's own error
+#: runner/dp/supervisor.py) or its runner ended with no time to say why (runner/run/staging.py), not the notebook's
+#: own error
 STOPPED = re.compile(r"^(interrupted|terminated|stopped) \(SIG[A-Z0-9]+\)|^a cell ran past the .* timeout"
-                     r"|^timed out after ")
+                     r"|^timed out after |^the runner \(pid \d+\) ended while this row ran")
 
 
 def is_gpu(rec: dict) -> bool:

@@ -26,6 +26,7 @@ from runner import interrupt, validate
 from runner.envs import gpu_preflight
 from runner.base import ROOT, EnvError
 from runner.envs.definitions import ENVS
+from runner.run import staging
 from runner.run.targets import Target
 
 
@@ -302,11 +303,14 @@ def run_target(target: Target, opts: RunOptions, announce=print) -> dict:
     written = []                                               # the record, once it is on disk
     decision, status, reason = can_run(target, opts)           # the GPU preflight: build, driver, architecture
 
-    def finish(status: str, reason: str, executed: Optional[str] = None) -> dict:
+    def failed(status: str, reason: str, executed: Optional[str] = None) -> dict:
         rec = results.failed_record(target.name, status, reason, **_base_fields(target, opts))
         rec["environment"] = envinfo.collect()
         rec["run"] = _run_info(target, opts, started, executed, decision)
-        return done(rec)
+        return mark_as_is(rec, target, opts)
+
+    def finish(status: str, reason: str, executed: Optional[str] = None) -> dict:
+        return done(failed(status, reason, executed))
 
     def done(rec: dict) -> dict:
         with interrupt.deferred():     # a record is written whole, and then it stands
@@ -324,15 +328,18 @@ def run_target(target: Target, opts: RunOptions, announce=print) -> dict:
     try:
         for d in (records_dir, notebooks_dir, staging_dir, logs_dir):
             os.makedirs(d, exist_ok=True)
-        return _run(target, opts, announce, finish, done, staged, partial_nb, notebook_out,
-                    os.path.join(logs_dir, stem + ".kernel.log"), started,
-                    (decision, status, reason))
+        staging.recover(opts.results_dir)          # the rows of a runner killed outright
+        staging.claim(staging_dir, stem, failed("failed", "not finished"))   # should this runner be killed
+        try:
+            return _run(target, opts, announce, finish, done, staged, partial_nb, notebook_out,
+                        os.path.join(logs_dir, stem + ".kernel.log"), started,
+                        (decision, status, reason))
+        finally:
+            staging.release(staging_dir, stem)
     except interrupt.Interrupted as e:
         # the clean-up; a second signal ends the process at once (runner.interrupt)
         interrupt.reap_kernels()
-        executed = _keep(partial_nb, notebook_out)
-        if os.path.exists(staged):
-            os.remove(staged)
+        executed = staging.keep_executed(partial_nb, notebook_out)
         if not written:
             finish("failed", e.reason, executed)
         raise
@@ -366,7 +373,7 @@ def _run(target, opts, announce, finish, done, staged, partial_nb, notebook_out,
                           opts, kernel_log)
     # (an interruption is raised here, as the block ends)
     with interrupt.deferred():
-        executed = _keep(partial_nb, notebook_out)
+        executed = staging.keep_executed(partial_nb, notebook_out)
         if error is not None:
             return finish("failed", papermill_reason(error, opts.timeout), executed)
         # 4. the notebook's record, checked and completed
@@ -387,18 +394,3 @@ def _run(target, opts, announce, finish, done, staged, partial_nb, notebook_out,
         if alongside:       # its timings shared the machine with these installs (runner/envs/framework_envs.py start_ahead)
             rec["run"]["environments_made_alongside"] = alongside
         return done(rec)
-
-
-def _keep(partial: str, final: str) -> Optional[str]:
-    """Move the executed notebook to its final name; one that is not a whole notebook (a write cut
-    short) is removed.  Returns the final path, or None when this run left no notebook."""
-    if not os.path.exists(partial):
-        return None
-    try:
-        import nbformat
-        nbformat.read(partial, as_version=4)
-    except Exception:
-        os.remove(partial)
-        return None
-    os.replace(partial, final)
-    return final
