@@ -276,11 +276,9 @@ class _Run:
                          announce=self.announce, grace=grace, hosts=hosts, ssh_options=ssh_options,
                          join_timeout=join_timeout)
         except KeyboardInterrupt as e:     # run_all.py's SIGINT/SIGTERM (runner.interrupt) say which
-            staging.release(self.dirs[".staging"], self.stem)
             self.finish("failed", getattr(e, "reason", "interrupted by the user"))
             raise
         except OSError as e:
-            staging.release(self.dirs[".staging"], self.stem)
             return None, self.finish("failed", "cannot start the %s launcher: %s" % (launcher.name, e))
         return res, None
 
@@ -295,16 +293,12 @@ class _Run:
                  "returncodes": res.returncodes}
         if res.teardown:
             extra["teardown"] = "every rank reported ok; then " + res.teardown
-        _clean_statuses(self.status_prefix, workers)
         if not res.ok:
-            staging.release(self.dirs[".staging"], self.stem)
             return self.finish("failed", res.reason, extra)
         try:
             rec = results.read_record(self.staged)
         except (OSError, ValueError) as e:
-            staging.release(self.dirs[".staging"], self.stem)
             return self.finish("failed", "rank 0 wrote no valid record: %s" % e, extra)
-        staging.release(self.dirs[".staging"], self.stem)
         expected = execute.expected_checksum(self.gopts.preset, opts.seed)
         got = (rec.get("data") or {}).get("checksum")
         rec.setdefault("checks", {})["checksum"] = {"checksum": got, "expected": expected, "ok": got == expected}
@@ -385,8 +379,11 @@ def run_target(target: Target, opts, workers: int, announce=print, python: Optio
     if print_host_commands:
         return print_commands(run.launcher, hosts, run.python, run.venv, run.script, workers, run.log_prefix,
                               run.status_prefix, target, join_timeout)
-    res, failed = run.start(grace, ssh_options, join_timeout)
-    return failed if res is None else run.collect(res)
+    try:
+        res, failed = run.start(grace, ssh_options, join_timeout)
+        return failed if res is None else run.collect(res)
+    finally:
+        staging.release(run.dirs[".staging"], run.stem)      # however it ended: its transient files go
 
 
 def print_commands(launcher, hosts, python, venv, script, workers, log_prefix, status_prefix, target,
@@ -429,13 +426,6 @@ def equivalence_with(rec: dict, single_path: str) -> dict:
     out = parallel.equivalence(rec, single)
     out["reference"] = reference
     return out
-
-
-def _clean_statuses(status_prefix: str, world: int) -> None:
-    for rank in range(world):
-        path = "%s.rank%d.status.json" % (status_prefix, rank)
-        if os.path.exists(path):
-            os.remove(path)
 
 
 def main() -> int:
