@@ -275,6 +275,44 @@ def test_a_process_past_the_deadline_is_stopped_with_what_it_started(tmp_path):
     assert (code, killed) == (0, False) and "done" in (tmp_path / "log").read_text()
 
 
+#: a run_all.py that prepared its row's record (runner/run/staging.py) and then hears no SIGTERM: only SIGKILL ends it
+DEAF_ROW = """
+import signal, sys, time
+sys.path.insert(0, %r)
+from common import results
+from runner.run import staging
+results_dir = sys.argv[1]
+rec = results.failed_record("pytorch", "failed", "not finished", framework="PyTorch", precision="fp32",
+                            run={"started": results.utc_now()})
+staging.claim(results_dir + "/.staging", "pytorch_smoke_fp32_bs8_cpu", rec)
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+print("claimed", flush=True)
+time.sleep(300)
+""" % ROOT
+
+
+def test_a_row_whose_run_all_had_to_be_killed_comes_back_with_its_prepared_record(tmp_path, monkeypatch):
+    """A run_all.py deaf to SIGTERM at the deadline gets SIGKILL and can write nothing: the record it prepared when
+    the row started comes back in the tarball, and the TSV line says killed, with that record's reason."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(gpu_session, "row_command", lambda args, target, precision, results_dir, timeout_s: [
+        sys.executable, "-c", DEAF_ROW, results_dir])
+    out = gpu_session.Out(str(tmp_path / "out"))
+    args = gpu_session.build_parser().parse_args(["--out", str(tmp_path / "out"), "--dry-run", "--estimate",
+                                                  "pytorch:fp32=1", "--preset", "smoke"])
+    env = dict(os.environ, **{gpu_session.MARKER: uuid.uuid4().hex})
+    monkeypatch.setattr(gpu_session.run_until, "__defaults__", (1.0,))      # a grace of 1 s, not 10
+    status = gpu_session.run_row(args, "pytorch", "fp32", out, gpu_session.Deadline(5, reserve_s=0), env, str(scratch), CARD)
+    assert status == "killed"
+    with tarfile.open(out.path["session.tar"]) as t:
+        rec = json.load(t.extractfile("records/pytorch_smoke_fp32_bs8_cpu.json"))
+    assert rec["status"] == "failed" and rec["error"].startswith("the runner (pid "), rec
+    with open(out.path["summary.tsv"]) as f:
+        (row,) = list(csv.DictReader(f, delimiter="\t"))
+    assert row["status"] == "killed" and "the runner (pid " in row["note"], row
+
+
 def test_the_tarball_is_appended_whole(tmp_path):
     out = gpu_session.Out(str(tmp_path / "out"))
     for i in range(3):

@@ -17,7 +17,9 @@ In order, under its own deadline (``--deadline-s`` from its start; :data:`RESERV
    else with the runner in this interpreter (``DS2_RUNNER=current``).  A row starts only when its estimate
    (:func:`estimate`) fits in the seconds left; one still running at the deadline gets SIGTERM (run_all.py records
    it as terminated and stops its kernel), then SIGKILL, its process group and every process that carries the
-   session's marker variable.  After each row its record, executed notebook, logs and autotuning results are
+   session's marker variable (a run_all.py that needed the SIGKILL wrote nothing: its row's record is the one it
+   prepared at the start, :mod:`runner.run.staging`).  After each row its record, executed notebook, logs and
+   autotuning results are
    appended to ``session.tar`` (a copy made whole, then renamed: a killed call still returns every row that
    finished) and a line to ``summary.tsv``.
 
@@ -65,11 +67,12 @@ from typing import Dict, List, Optional, Tuple
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from common import envinfo, xla_autotune  # noqa: E402  (standard library only, as are the two below)
+from common import envinfo, xla_autotune  # noqa: E402  (standard library only, as are those below)
 from common.spec import PRECISIONS, PRESETS, get_preset  # noqa: E402
 from runner.dp import host_agent  # noqa: E402
 from runner import validate  # noqa: E402
 from runner.run.targets import ALL_TARGETS  # noqa: E402
+from runner.run import staging  # noqa: E402
 
 PROG = "gpu_session.py"
 #: the rows worth a lent GPU, in order of value (TensorFlow, MXNet and CNTK cannot run on its image): after JAX's
@@ -546,6 +549,7 @@ def run_row(args, target: str, precision: str, out: Out, clock: Deadline, env: D
         row_env.pop(xla_autotune.DUMP_ENV, None)
     code, killed = run_until(cmd, row_env, log, left, env[MARKER])
     took = time.monotonic() - t0
+    staging.recover(results_dir)        # the record of a row whose run_all.py had to be SIGKILLed, prepared by it
     records = sorted(glob.glob(os.path.join(results_dir, "records", "*.json")))
     dumps = [(p, os.path.relpath(p, autotune_dir).replace(os.sep, "/"))
              for p in sorted(glob.glob(os.path.join(autotune_dir, "*", "*" + xla_autotune.SUFFIX)))]

@@ -94,11 +94,15 @@ def recover(results_dir: str) -> List[str]:
 
 def keep_executed(partial: str, final: str) -> Optional[str]:
     """Move the executed notebook to its final name; one that is not a whole notebook (a write cut
-    short) is removed.  Returns the final path, or None when this run left no notebook."""
+    short) is removed.  Returns the final path, or None when this run left no notebook.  Where nbformat is not
+    installed (a device session's interpreter) nothing can check it: it is left as it is."""
     if not os.path.exists(partial):
         return None
     try:
         import nbformat
+    except ImportError:
+        return None
+    try:
         nbformat.read(partial, as_version=4)
     except Exception:
         os.remove(partial)
