@@ -19,9 +19,8 @@ In order, under its own deadline (``--deadline-s`` from its start; :data:`RESERV
    it as terminated and stops its kernel), then SIGKILL, its process group and every process that carries the
    session's marker variable (a run_all.py that needed the SIGKILL wrote nothing: its row's record is the one it
    prepared at the start, :mod:`runner.run.staging`).  After each row its record, executed notebook, logs and
-   autotuning results are
-   appended to ``session.tar`` (a copy made whole, then renamed: a killed call still returns every row that
-   finished) and a line to ``summary.tsv``.
+   autotuning results are appended to ``session.tar`` (a copy made whole, then renamed: a killed call still
+   returns every row that finished) and a line to ``summary.tsv``.
 
 Every row's warm-up is a first run's on this card: the JAX and Keras-on-JAX rows compile with a JAX compilation
 cache of their own (``JAX_COMPILATION_CACHE_DIR``, empty at the start: no program and no autotuning of an earlier
