@@ -306,6 +306,8 @@ def run_pair(source: Target, destination: Target, opts: "execute.RunOptions", ke
     for stale in (record_path, paths["info"], paths["logits"], paths["weights"]):
         if os.path.exists(stale):
             os.remove(stale)
+    staging.recover(mdir, records="")                   # the pairs of a runner killed outright
+    staging.claim(os.path.join(mdir, ".staging"), stem, dict(rec, status="failed", error="not finished"))
     try:
         # 1. the source's export
         try:
@@ -344,6 +346,8 @@ def run_pair(source: Target, destination: Target, opts: "execute.RunOptions", ke
         if not written:
             finish("failed", e.reason)
         raise
+    finally:
+        staging.release(os.path.join(mdir, ".staging"), stem)
 
 
 def _evaluate(rec, src, source, destination, opts, paths, finish) -> dict:

@@ -6,16 +6,18 @@ import ast
 import builtins
 import copy
 import os
+import subprocess
+import sys
 
 import nbformat
 import numpy as np
 import pytest
 
-from common import exports, results
+from common import exports, processes, results
 from common.spec import get_preset
 from runner import cli
 from runner.envs import framework_envs
-from runner.run import execute
+from runner.run import execute, staging
 from runner import migrate
 from runner.report import render
 from runner.report import checks
@@ -187,6 +189,8 @@ def test_a_matrix_of_two_fake_frameworks(matrix):
         assert os.path.exists(os.path.join(mdir, "notebooks", stem + ".ipynb"))
         # load and export are exact inverses in both fake layouts
         assert on_disk["reexport"]["max_abs"] == 0.0
+    left = os.listdir(os.path.join(mdir, ".staging"))
+    assert not [n for n in left if n.endswith((staging.OWNER, staging.KILLED))], left   # every pair released its claim
     # the diagonal: the round trip reproduces the logits
     for t in ("fake-a", "pytorch"):
         rt = recs[(t, t)]["round_trip"]
@@ -196,6 +200,27 @@ def test_a_matrix_of_two_fake_frameworks(matrix):
         assert recs[pair]["round_trip"] is None
         assert 1e-8 < recs[pair]["logits"]["max_rel"] < 1e-6
         assert recs[pair]["loss"]["rel_diff"] < 1e-6
+
+
+def test_a_pair_whose_runner_was_killed_outright_is_recorded_by_the_next_pair(tmp_path):
+    """A migration pair prepares its failed record when it starts (runner/run/staging.py); a runner killed outright
+    leaves it with its owner in migration/.staging, and the next pair run into the same results directory writes it
+    where the migration records are.  Pairs that end, however they end, leave no such file."""
+    opts = options(tmp_path / "results")
+    mdir = migrate.migration_dir(opts.results_dir)
+    a, b = fake("fake-a", "a"), fake("pytorch", "b")
+    stem = migrate.migration_stem(a, b, opts)
+    staging.claim(os.path.join(mdir, ".staging"), stem, dict(migrate._base(a, b, opts), run={"started": "then"}))
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()                                        # the runner that claimed it is gone
+    with open(os.path.join(mdir, ".staging", stem + staging.OWNER), "w") as f:
+        f.write("%d %s\n" % (dead.pid, processes.process_start_time(dead.pid) or ""))
+    out = migrate.run_pair(fake("fake-c", "a"), b, opts, "python3", announce=lambda *x: None)
+    assert out["status"] == "failed" and "fake-c" in out["error"], out        # no export of fake-c: at once
+    rec = results.read_record(os.path.join(mdir, stem + ".json"))
+    assert rec["status"] == "failed" and rec["error"] == staging.killed_reason(os.getpid()), rec
+    assert (rec["source"], rec["destination"], rec["kind"]) == ("fake-a", "pytorch", "migration")
+    assert os.listdir(os.path.join(mdir, ".staging")) == []
 
 
 def test_report_renders_the_matrix_and_the_convention_notes(matrix, tmp_path):

@@ -64,10 +64,10 @@ def owner_alive(owner: str) -> bool:
     return runner_alive(pid, start)
 
 
-def recover(results_dir: str) -> List[str]:
+def recover(results_dir: str, records: str = "records") -> List[str]:
     """Each row in ``<results_dir>/.staging`` whose runner no longer runs: its prepared record written to
-    ``records/`` (with the part of its notebook that ran, kept under its final name), its transient files
-    removed.  Returns the records written."""
+    ``<results_dir>/<records>/`` (with the part of its notebook that ran, kept under its final name in
+    ``notebooks/``), its transient files removed.  Returns the records written."""
     staging = os.path.join(results_dir, ".staging")
     written = []
     if not os.path.isdir(staging):
@@ -87,7 +87,7 @@ def recover(results_dir: str) -> List[str]:
             rec["run"] = dict(rec.get("run") or {}, found_by_the_next_run=results.utc_now())
             if executed:
                 rec["run"]["executed_notebook"] = os.path.relpath(executed, ROOT)
-            written.append(results.write_record(os.path.join(results_dir, "records", stem + ".json"), rec))
+            written.append(results.write_record(os.path.join(results_dir, records, stem + ".json"), rec))
         release(staging, stem)
     return written
 
