@@ -270,7 +270,6 @@ def run_pair(source: Target, destination: Target, opts: "execute.RunOptions", ke
              kernel_problem: Optional[tuple] = None, announce=print) -> dict:
     """One cell of the matrix: write and return its migration record.  A signal stops the kernel, the
     record says "failed" with the reason, and :class:`~runner.interrupt.Interrupted` goes on."""
-    started = results.utc_now()
     stem = migration_stem(source, destination, opts)
     mdir = migration_dir(opts.results_dir)
     record_path = os.path.join(mdir, stem + ".json")
@@ -281,7 +280,7 @@ def run_pair(source: Target, destination: Target, opts: "execute.RunOptions", ke
     partial_nb = notebook_out[:-len(".ipynb")] + ".partial.ipynb"
     kernel_log = os.path.join(mdir, "logs", stem + ".kernel.log")
     rec = _base(source, destination, opts)
-    rec["run"] = {"started": started, "command": opts.command, "git_commit": execute.git_commit(),
+    rec["run"] = {"started": results.utc_now(), "command": opts.command, "git_commit": execute.git_commit(),
                   "notebook": "notebooks/" + destination.notebook}
     written = []
 
@@ -303,9 +302,8 @@ def run_pair(source: Target, destination: Target, opts: "execute.RunOptions", ke
 
     for d in ("notebooks", "logs", ".staging"):
         os.makedirs(os.path.join(mdir, d), exist_ok=True)
-    for stale in (record_path, paths["info"], paths["logits"], paths["weights"]):
-        if os.path.exists(stale):
-            os.remove(stale)
+    for stale in filter(os.path.exists, (record_path, paths["info"], paths["logits"], paths["weights"])):
+        os.remove(stale)
     staging.recover(mdir, records="")                   # the pairs of a runner killed outright
     staging.claim(os.path.join(mdir, ".staging"), stem, dict(rec, status="failed", error="not finished"))
     try:
