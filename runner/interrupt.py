@@ -23,7 +23,7 @@ import sys
 import tempfile
 from typing import List, Optional
 
-from common.processes import process_start_time, runner_alive
+from common.processes import host_id, process_start_time, runner_alive
 
 GRACE_S = 10
 REASONS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}
@@ -150,13 +150,14 @@ def temporary_folder(prefix: str, parent: Optional[str] = None):
     """A new folder (in ``parent``, else the temporary folder) for the temporary files of processes the runner
     starts (their ``TMPDIR``: a notebook's kernel, a data-parallel run, an install command), removed with what they
     left there when the block ends, however it ends, and by :func:`hard_stop` after a second signal's SIGKILL.
-    Its name, ``<prefix><pid>.<start>-<random>``, names this runner (:func:`common.processes.process_start_time`):
-    the folders of ``prefix`` that runners which no longer run left in ``parent`` are removed first
+    Its name, ``<prefix><host>.<pid>.<start>-<random>``, names this runner (:mod:`common.processes`): the folders
+    of ``prefix`` that runners of this host which no longer run left in ``parent`` are removed first
     (:func:`remove_stale_folders`)."""
     parent = parent or tempfile.gettempdir()
     remove_stale_folders(prefix, parent)
     pid = os.getpid()
-    path = tempfile.mkdtemp(prefix="%s%d.%s-" % (prefix, pid, process_start_time(pid) or "0"), dir=parent)
+    path = tempfile.mkdtemp(prefix="%s%s.%d.%s-" % (prefix, host_id(), pid, process_start_time(pid) or "0"),
+                            dir=parent)
     _folders[path] = path
     try:
         yield path
@@ -166,20 +167,20 @@ def temporary_folder(prefix: str, parent: Optional[str] = None):
 
 
 def remove_stale_folders(prefix: str, parent: str) -> List[str]:
-    """Remove the folders ``<prefix><pid>.<start>-*`` in ``parent`` (:func:`temporary_folder`) whose runner no
-    longer runs (killed outright: nothing of it could remove them); a live runner's folders, and names of
-    another form, are left alone.  Returns the paths removed."""
+    """Remove the folders ``<prefix><host>.<pid>.<start>-*`` in ``parent`` (:func:`temporary_folder`) of this host
+    whose runner no longer runs (killed outright: nothing of it could remove them); a live runner's folders, another
+    host's or container's, and names of another form are left alone.  Returns the paths removed."""
     removed = []
     try:
         names = os.listdir(parent)
     except OSError:
         return removed
+    here = host_id()
     for name in names:
         if not name.startswith(prefix):
             continue
-        owner = name[len(prefix):].split("-", 1)[0]
-        pid, dot, start = owner.partition(".")
-        if not (pid.isdigit() and dot and start.isdigit()):
+        host, pid, start = (name[len(prefix):].split("-", 1)[0].split(".") + ["", "", ""])[:3]
+        if host != here or not (pid.isdigit() and start.isdigit()):
             continue
         if runner_alive(int(pid), None if start == "0" else start):
             continue

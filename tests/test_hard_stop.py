@@ -183,12 +183,15 @@ def test_a_dead_runners_rows_get_their_prepared_record_and_a_live_ones_are_left_
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()                                        # a pid that no longer runs
     record = results.failed_record("jax", "failed", "not finished", framework="JAX", run={"finished": "x"})
-    for stem in ("dead_w2", "live_w2", "reused_w2"):
+    for stem in ("dead_w2", "live_w2", "reused_w2", "elsewhere_w2"):
         staging.claim(str(stage), stem, dict(record))
         for name in (".json", ".rank0.status.json", ".rank1.status.json", ".py", ".json.123.partial"):
             (stage / (stem + name)).write_text("x")
-    (stage / "dead_w2.owner").write_text("%d %s\n" % (dead.pid, processes.process_start_time(dead.pid) or ""))
-    (stage / "reused_w2.owner").write_text("%d 1\n" % os.getpid())    # a pid reused by another process
+    (stage / "dead_w2.owner").write_text("%d %s %s\n" % (dead.pid, processes.process_start_time(dead.pid) or "-",
+                                                         processes.host_id()))
+    (stage / "reused_w2.owner").write_text("%d 1\n" % os.getpid())    # a pid reused by another process (no host)
+    other_host = "0" * 8 if processes.host_id() != "0" * 8 else "1" * 8
+    (stage / "elsewhere_w2.owner").write_text("%d - %s\n" % (dead.pid, other_host))    # not judged from here
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell("1")]
     nbformat.write(nb, str(notebooks / "dead_w2.partial.ipynb"))
@@ -200,10 +203,11 @@ def test_a_dead_runners_rows_get_their_prepared_record_and_a_live_ones_are_left_
     assert rec["run"]["executed_notebook"] == os.path.relpath(str(notebooks / "dead_w2.ipynb"), ROOT)
     assert sorted(os.listdir(str(notebooks))) == ["dead_w2.ipynb"]                         # the part that ran
     left = sorted(os.listdir(str(stage)))
-    assert [n for n in left if not n.startswith("live_w2")] == ["dead_w2.py", "reused_w2.py"], left
-    assert "live_w2.owner" in left and "live_w2.killed.json" in left and "live_w2.json" in left
-    staging.release(str(stage), "live_w2")             # the live run ends: only its script stays
-    assert sorted(os.listdir(str(stage))) == ["dead_w2.py", "live_w2.py", "reused_w2.py"]
+    assert [n for n in left if not n.startswith(("live_w2", "elsewhere_w2"))] == ["dead_w2.py", "reused_w2.py"], left
+    for stem in ("live_w2", "elsewhere_w2"):
+        assert all(stem + n in left for n in (".owner", ".killed.json", ".json")), left
+        staging.release(str(stage), stem)              # the run ends: only its script stays
+    assert sorted(os.listdir(str(stage))) == ["dead_w2.py", "elsewhere_w2.py", "live_w2.py", "reused_w2.py"]
 
 
 def test_a_worker_stops_itself_once_its_runner_is_gone(tmp_path):

@@ -16,7 +16,7 @@ import nbformat
 import pytest
 
 from common import results
-from common.processes import process_start_time
+from common.processes import host_id, process_start_time
 from tests.conftest import ROOT
 
 STARTUP_S = 600      # environment check, kernel start and the first cell, on a busy 2-core machine
@@ -249,16 +249,17 @@ def test_what_a_runner_killed_outright_left_the_next_run_removes(tmp_path):
         time.sleep(0.1)
     assert not alive_pid(int(kernel)), "the kernel outlived its runner by 10 s"
     folders = os.listdir(str(tmp))
-    assert len(folders) == 1 and folders[0].startswith("ds2-kernel-%d." % runner.pid), folders   # nothing else
+    assert len(folders) == 1 and folders[0].startswith("ds2-kernel-%s.%d." % (host_id(), runner.pid)), folders
     assert os.path.dirname(left) == str(tmp / folders[0])
     assert "kernel-connection.json" in os.listdir(str(tmp / folders[0]))
-    live = tmp / ("ds2-kernel-%d.%s-x" % (os.getpid(), process_start_time(os.getpid())))
-    other = tmp / "ds2-kernel-made-by-hand"
-    live.mkdir()
-    other.mkdir()
+    live = tmp / ("ds2-kernel-%s.%d.%s-x" % (host_id(), os.getpid(), process_start_time(os.getpid())))
+    elsewhere = tmp / ("ds2-kernel-%s.%d.1-x" % ("0" * 8 if host_id() != "0" * 8 else "1" * 8, runner.pid))
+    kept = [live.name, elsewhere.name, "ds2-kernel-made-by-hand"]     # another host's (or container's) is not judged
+    for name in kept:
+        (tmp / name).mkdir()
     with interrupt.temporary_folder("ds2-kernel-", str(tmp)) as mine:
-        assert sorted(os.listdir(str(tmp))) == sorted([live.name, other.name, os.path.basename(mine)])
-    assert sorted(os.listdir(str(tmp))) == sorted([live.name, other.name])
+        assert sorted(os.listdir(str(tmp))) == sorted(kept + [os.path.basename(mine)])
+    assert sorted(os.listdir(str(tmp))) == sorted(kept)
 
 
 def alive_pid(pid):

@@ -13,7 +13,7 @@ import os
 from typing import List, Optional
 
 from common import results
-from common.processes import process_start_time, runner_alive
+from common.processes import host_id, process_start_time, runner_alive
 from runner.base import ROOT
 
 OWNER = ".owner"
@@ -31,7 +31,8 @@ def claim(staging: str, stem: str, record: dict) -> None:
     would write it) as what the next run writes should this runner be killed outright."""
     pid = os.getpid()
     os.makedirs(staging, exist_ok=True)
-    results.atomic_write_text(os.path.join(staging, stem + OWNER), "%d %s\n" % (pid, process_start_time(pid) or ""))
+    results.atomic_write_text(os.path.join(staging, stem + OWNER),
+                              "%d %s %s\n" % (pid, process_start_time(pid) or "-", host_id()))
     rec = dict(record, status="failed", error=killed_reason(pid))
     rec["run"] = dict(rec.get("run") or {}, finished=None)          # it has not finished; when it ended is unknown
     results.write_record(os.path.join(staging, stem + KILLED), rec)
@@ -54,14 +55,19 @@ def release(staging: str, stem: str) -> List[str]:
 
 
 def owner_alive(owner: str) -> bool:
-    """Whether the runner an ``<stem>.owner`` file names still runs (an unreadable one names none)."""
+    """Whether the runner an ``<stem>.owner`` file (``PID START HOST``) names still runs: an unreadable one names
+    none; one of another host or container (a results directory they share) is taken to run."""
     try:
         with open(owner) as f:
             fields = f.read().split()
-        pid, start = int(fields[0]), (fields[1] if len(fields) > 1 else None)
+        pid = int(fields[0])
     except (OSError, ValueError, IndexError):
         return False
-    return runner_alive(pid, start)
+    start = fields[1] if len(fields) > 1 else "-"
+    host = fields[2] if len(fields) > 2 else ""        # an owner file written before hosts were named: this host's
+    if host and host != host_id():
+        return True
+    return runner_alive(pid, None if start == "-" else start)
 
 
 def recover(results_dir: str, records: str = "records") -> List[str]:
