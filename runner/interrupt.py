@@ -31,7 +31,7 @@ REASONS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}
 _state = {"signum": None, "deferring": 0}
 _kernels = {}   # key -> process group of a running Jupyter kernel
 _runs = {}      # key -> callable(sig) that signals every process of a data-parallel run
-_folders = {}   # path -> path: the temporary folders of the processes started (temporary_folder)
+_folders = set()   # the temporary folders of the processes started (temporary_folder)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -158,12 +158,12 @@ def temporary_folder(prefix: str, parent: Optional[str] = None):
     pid = os.getpid()
     path = tempfile.mkdtemp(prefix="%s%s.%d.%s-" % (prefix, host_id(), pid, process_start_time(pid) or "0"),
                             dir=parent)
-    _folders[path] = path
+    _folders.add(path)
     try:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
-        _folders.pop(path, None)
+        _folders.discard(path)
 
 
 def remove_stale_folders(prefix: str, parent: str) -> List[str]:
@@ -201,7 +201,7 @@ def hard_stop() -> None:
             signal_all(signal.SIGKILL)
         except Exception:   # noqa: B902 -- on the way out: the other runs still get theirs
             pass
-    for path in list(_folders.values()):
+    for path in list(_folders):
         shutil.rmtree(path, ignore_errors=True)
 
 

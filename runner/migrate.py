@@ -305,7 +305,7 @@ def run_pair(source: Target, destination: Target, opts: "execute.RunOptions", ke
     for stale in filter(os.path.exists, (record_path, paths["info"], paths["logits"], paths["weights"])):
         os.remove(stale)
     staging.recover(mdir, records="")                   # the pairs of a runner killed outright
-    staging.claim(os.path.join(mdir, ".staging"), stem, dict(rec, status="failed", error="not finished"))
+    staging.claim(os.path.join(mdir, ".staging"), stem, lambda status, reason: dict(rec, status=status, error=reason))
     try:
         # 1. the source's export
         try:

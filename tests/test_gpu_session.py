@@ -286,9 +286,8 @@ sys.path.insert(0, %r)
 from common import results
 from runner.run import staging
 results_dir = sys.argv[1]
-rec = results.failed_record("pytorch", "failed", "not finished", framework="PyTorch", precision="fp32",
-                            run={"started": results.utc_now()})
-staging.claim(results_dir + "/.staging", "pytorch_smoke_fp32_bs8_cpu", rec)
+staging.claim(results_dir + "/.staging", "pytorch_smoke_fp32_bs8_cpu", lambda status, reason: results.failed_record(
+    "pytorch", status, reason, framework="PyTorch", precision="fp32", run={"started": results.utc_now()}))
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
 print("claimed", flush=True)
 time.sleep(300)
@@ -307,7 +306,8 @@ def test_a_row_whose_run_all_had_to_be_killed_comes_back_with_its_prepared_recor
                                                   "pytorch:fp32=1", "--preset", "smoke"])
     env = dict(os.environ, **{gpu_session.MARKER: uuid.uuid4().hex})
     monkeypatch.setattr(gpu_session.run_until, "__defaults__", (1.0,))      # a grace of 1 s, not 10
-    status = gpu_session.run_row(args, "pytorch", "fp32", out, gpu_session.Deadline(5, reserve_s=0), env, str(scratch), CARD)
+    status = gpu_session.run_row(args, "pytorch", "fp32", out, gpu_session.Deadline(5, reserve_s=0), env, str(scratch),
+                                 CARD)
     assert status == "killed"
     with tarfile.open(out.path["session.tar"]) as t:
         rec = json.load(t.extractfile("records/pytorch_smoke_fp32_bs8_cpu.json"))

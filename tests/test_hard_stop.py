@@ -182,9 +182,9 @@ def test_a_dead_runners_rows_get_their_prepared_record_and_a_live_ones_are_left_
     notebooks.mkdir(parents=True)
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()                                        # a pid that no longer runs
-    record = results.failed_record("jax", "failed", "not finished", framework="JAX", run={"finished": "x"})
     for stem in ("dead_w2", "live_w2", "reused_w2", "elsewhere_w2"):
-        staging.claim(str(stage), stem, dict(record))
+        staging.claim(str(stage), stem, lambda status, reason: results.failed_record(
+            "jax", status, reason, framework="JAX", run={"finished": "x"}))
         for name in (".json", ".rank0.status.json", ".rank1.status.json", ".py", ".json.123.partial"):
             (stage / (stem + name)).write_text("x")
     (stage / "dead_w2.owner").write_text("%d %s %s\n" % (dead.pid, processes.process_start_time(dead.pid) or "-",

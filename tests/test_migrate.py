@@ -210,7 +210,8 @@ def test_a_pair_whose_runner_was_killed_outright_is_recorded_by_the_next_pair(tm
     mdir = migrate.migration_dir(opts.results_dir)
     a, b = fake("fake-a", "a"), fake("pytorch", "b")
     stem = migrate.migration_stem(a, b, opts)
-    staging.claim(os.path.join(mdir, ".staging"), stem, dict(migrate._base(a, b, opts), run={"started": "then"}))
+    staging.claim(os.path.join(mdir, ".staging"), stem,
+                  lambda status, reason: dict(migrate._base(a, b, opts), status=status, error=reason, run={}))
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()                                        # the runner that claimed it is gone
     with open(os.path.join(mdir, ".staging", stem + staging.OWNER), "w") as f:

@@ -269,7 +269,7 @@ class _Run:
                 return None, self.finish("failed", str(e))
         self.announce("  %d workers via %s%s" % (workers, launcher.name, " on %d hosts (%s)" % (
             len(hosts), ", ".join("%s:%d" % (h.name, h.slots) for h in hosts)) if hosts else ""))
-        staging.claim(self.dirs[".staging"], self.stem, self.failed("failed", "not finished"))
+        staging.claim(self.dirs[".staging"], self.stem, self.failed)
         try:
             res = launch(launcher, self.python, self.script, workers, self.log_prefix, self.status_prefix,
                          cwd=os.path.dirname(self.target.notebook_path), timeout=self.opts.timeout, venv=self.venv,

@@ -329,7 +329,7 @@ def run_target(target: Target, opts: RunOptions, announce=print) -> dict:
         for d in (records_dir, notebooks_dir, staging_dir, logs_dir):
             os.makedirs(d, exist_ok=True)
         staging.recover(opts.results_dir)          # the rows of a runner killed outright
-        staging.claim(staging_dir, stem, failed("failed", "not finished"))   # should this runner be killed
+        staging.claim(staging_dir, stem, failed)          # the record, should this runner be killed outright
         try:
             return _run(target, opts, announce, finish, done, staged, partial_nb, notebook_out,
                         os.path.join(logs_dir, stem + ".kernel.log"), started,

@@ -10,7 +10,7 @@ where a previous run's record would have stood for it), keeps the part of the no
 name, and removes the rest.  A live runner's files are left alone."""
 import glob
 import os
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 from common import results
 from common.processes import host_id, process_start_time, runner_alive
@@ -26,14 +26,14 @@ def killed_reason(pid: int) -> str:
             "machine); found by the next run" % pid)
 
 
-def claim(staging: str, stem: str, record: dict) -> None:
-    """Mark ``stem`` in ``staging`` as this runner's, with ``record`` (a failed record of the row, as its runner
-    would write it) as what the next run writes should this runner be killed outright."""
+def claim(staging: str, stem: str, failed: Callable[[str, str], dict]) -> None:
+    """Mark ``stem`` in ``staging`` as this runner's, with the record ``failed("failed", reason)`` (the row's
+    failed record, as its runner writes one) as what the next run writes should this runner be killed outright."""
     pid = os.getpid()
     os.makedirs(staging, exist_ok=True)
     results.atomic_write_text(os.path.join(staging, stem + OWNER),
                               "%d %s %s\n" % (pid, process_start_time(pid) or "-", host_id()))
-    rec = dict(record, status="failed", error=killed_reason(pid))
+    rec = failed("failed", killed_reason(pid))
     rec["run"] = dict(rec.get("run") or {}, finished=None)          # it has not finished; when it ended is unknown
     results.write_record(os.path.join(staging, stem + KILLED), rec)
 
