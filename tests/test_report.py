@@ -773,3 +773,34 @@ def test_an_experiment_whose_runs_skipped_the_onnx_export_is_not_counted_as_fail
                                  fixture_record("pytorch", "PyTorch", LOSSES, 500.0, onnx=onnx(status)))
     lines = checks.experiment_onnx_lines(str(tmp_path), str(tmp_path / "results.md"))
     assert len(lines) == 1 and lines[0].startswith("- [experiments/mixed](experiments/mixed): 1 of 2 exports pass")
+
+
+def test_the_report_alone_records_a_row_whose_runner_was_killed_outright(records_dir, tmp_path):
+    """A runner killed outright (SIGKILL) leaves its row's prepared record in ``.staging``: ``python -m
+    runner.report`` writes it, with one line saying so, so the page does not show the row's earlier record as its
+    latest; a live runner's row (this test's own claim) is left alone."""
+    import subprocess
+    import sys
+    from common import processes
+    from runner.run import staging
+    from tests.conftest import ROOT
+    stage = str(records_dir / ".staging")
+    for target, framework in (("pytorch", "PyTorch"), ("jax", "JAX")):
+        staging.claim(stage, target, lambda status, reason, t=target, f=framework: results.failed_record(
+            t, status, reason, framework=f, preset="smoke", precision="fp32",
+            device={"type": "cpu", "name": "AMD EPYC"}))
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()                                        # a pid that no longer runs
+    with open(os.path.join(stage, "pytorch.owner"), "w") as f:
+        f.write("%d %s %s\n" % (dead.pid, processes.process_start_time(dead.pid) or "-", processes.host_id()))
+    out = tmp_path / "page.md"
+    proc = subprocess.run([sys.executable, "-m", "runner.report", "--results-dir", str(records_dir), "--output",
+                           str(out)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+    assert proc.returncode == 0, proc.stderr
+    line = [l for l in proc.stdout.splitlines() if "records/pytorch.json" in l]
+    assert len(line) == 1 and "its runner ended while the row ran" in line[0], proc.stdout
+    rec = results.read_record(str(records_dir / "records" / "pytorch.json"))
+    assert rec["status"] == "failed" and rec["error"] == staging.killed_reason(os.getpid()), rec
+    assert results.read_record(str(records_dir / "records" / "jax.json"))["status"] == "ok"
+    assert sorted(os.listdir(stage)) == ["jax.killed.json", "jax.owner"]
+    assert "not finished (interrupted): the runner (pid %d)" % os.getpid() in out.read_text()

@@ -289,6 +289,14 @@ def write(results_dir: str, output: str, command: str, commit: Optional[str], wa
 PROG = "python -m runner.report"
 
 
+def recover_killed(results_dir: str) -> List[str]:
+    """The rows and migration pairs whose runner was killed outright (SIGKILL, a restart) while they ran, and which
+    no run since has found: their prepared records written (runner/run/staging.py), so that the page says they did
+    not finish instead of showing an earlier record of them.  A live runner's rows are left alone."""
+    from runner.run import staging
+    return staging.recover(results_dir) + staging.recover(os.path.join(results_dir, "migration"), records="")
+
+
 def main(argv=None) -> int:
     """``python -m runner.report [--results-dir DIR] [--output FILE]``: results.md again from the records."""
     from runner.run.execute import git_commit
@@ -302,6 +310,8 @@ def main(argv=None) -> int:
         return validate.refuse(PROG, problem)
     results_dir = os.path.abspath(args.results_dir)
     output = os.path.abspath(args.output or validate.output_default(results_dir))
+    for path in recover_killed(results_dir):
+        print("%s: %s: its runner ended while the row ran; wrote the record it prepared" % (PROG, path))
     write(results_dir, output, PROG, git_commit(),
           warn=lambda message: print("%s: warning: %s" % (PROG, message), file=sys.stderr, flush=True))
     print("Wrote %s" % output)

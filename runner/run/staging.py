@@ -4,10 +4,10 @@ While a row runs (a notebook, or a data-parallel run's script), ``.staging/<stem
 start time, :mod:`common.processes`) and ``.staging/<stem>.killed.json`` holds the failed record the row gets if
 that runner ends with no time to write one (SIGKILL, a restart of the machine): :func:`claim`.  When the row ends,
 however it ends, both go with the row's other transient files there (the record the notebook or rank 0 wrote, the
-ranks' status files): :func:`release`.  The next run into the same results directory (:func:`recover`) finds the
-rows whose runner no longer runs: it writes their prepared record (results.md then says the row did not finish,
-where a previous run's record would have stood for it), keeps the part of the notebook that ran under its final
-name, and removes the rest.  A live runner's files are left alone."""
+ranks' status files): :func:`release`.  The next run into the same results directory, or ``python -m runner.report``
+on it (:func:`recover`), finds the rows whose runner no longer runs: it writes their prepared record (results.md
+then says the row did not finish, where a previous run's record would have stood for it), keeps the part of the
+notebook that ran under its final name, and removes the rest.  A live runner's files are left alone."""
 import glob
 import os
 from typing import Callable, List, Optional
