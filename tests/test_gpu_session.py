@@ -235,13 +235,44 @@ def test_the_default_rows_put_the_cards_gaps_first(tmp_path):
     d = tmp_path / "records"
     write_record(d, "a.json")                                                    # pytorch fp32 on the H200: done
     write_record(d, "b.json", target="jax", status="failed")                     # failed: still a gap
-    write_record(d, "c.json", target="jax", precision="bf16", device={"type": "cuda", "name": "NVIDIA H100"})
+    write_record(d, "c.json", target="jax", precision="bf16", device={"type": "cuda", "name": "NVIDIA H100"},
+                 options={"xla_autotune": dict(READ, written=None)})              # its warm-up read the results
     write_record(d, "d.json", precision="tf32", batch_size=8)                    # another batch size: a gap
     rows = gpu_session.rows_list("pytorch:fp32,pytorch:tf32,jax:fp32,jax:bf16")
     assert gpu_session.gaps_first(rows, "NVIDIA H200", "quick", 32, str(d)) == [
         ("pytorch", "tf32"), ("jax", "fp32"), ("jax", "bf16"), ("pytorch", "fp32")]
     assert gpu_session.gaps_first(rows[::-1], "NVIDIA H100", "quick", 32, str(d)) == [
         ("jax", "fp32"), ("pytorch", "tf32"), ("pytorch", "fp32"), ("jax", "bf16")]     # the H100's own record
+
+
+#: a record's options.xla_autotune where the run read the card's autotuning results
+READ = {"loaded": "results/autotune/jax-0.11.2/nvidia-h200.textproto", "entries": 378, "jaxlib": "0.11.2"}
+
+
+def test_a_jax_row_is_a_gap_until_a_run_on_the_card_reads_its_autotuning_results(tmp_path):
+    """A JAX or Keras-on-JAX row on a GPU is done on a card once a run of it read the card's autotuning results and
+    autotuned nothing more: its warm-up is then the one a run there gets.  A first run (it wrote them), a run from
+    before they were kept and a run that autotuned fusions the file lacked leave the row a gap; so the default rows
+    first write a card's results with the JAX row of record, then read them."""
+    d = tmp_path / "records"
+    write_record(d, "a.json", target="jax")                                                  # from before: a gap
+    write_record(d, "b.json", target="jax", precision="tf32", options={"xla_autotune": dict(READ, written=378)})
+    write_record(d, "c.json", target="jax", precision="bf16", options={"xla_autotune": dict(READ, written=901)})
+    write_record(d, "d.json", target="keras-jax", options={"xla_autotune": dict(READ, written=None)})   # read it
+    write_record(d, "e.json", target="keras-jax", precision="bf16",                           # the first run: wrote
+                 options={"xla_autotune": {"loaded": None, "entries": 0, "written": 512, "jaxlib": "0.11.2"}})
+    write_record(d, "f.json")                                                                # pytorch: done
+    write_record(d, "g.json", target="jax", device={"type": "cpu", "name": "AMD EPYC"})      # no autotuning on a CPU
+    rows = gpu_session.rows_list("jax:fp32,jax:tf32,jax:bf16,keras-jax:fp32,keras-jax:bf16,pytorch:fp32")
+    assert gpu_session.gaps_first(rows, "NVIDIA H200", "quick", 32, str(d)) == [
+        ("jax", "fp32"), ("jax", "bf16"), ("keras-jax", "bf16"), ("jax", "tf32"), ("keras-jax", "fp32"),
+        ("pytorch", "fp32")]
+    assert gpu_session.default_session_rows(rows, "NVIDIA H200", "quick", 32, False, str(d))[:3] == [
+        ("jax", "fp32"), ("jax", "fp32"), ("jax", "bf16")]                     # writes them, then reads them
+    assert gpu_session.gaps_first(rows, "AMD EPYC", "quick", 32, str(d))[-1] == ("jax", "fp32")
+    # the committed H200 record of the JAX row (before the results were kept) leaves it a gap there
+    committed = gpu_session.gaps_first(rows, "NVIDIA H200", "quick", 32)
+    assert committed[0] == ("jax", "fp32") and committed[-1] == ("pytorch", "fp32")
 
 
 def test_the_default_rows_repeat_a_jax_row_only_where_its_first_run_writes_autotuning_results(tmp_path):

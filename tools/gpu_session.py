@@ -221,11 +221,25 @@ def estimate(target: str, precision: str, preset: str, batch_size: int, device_t
 def gaps_first(rows: List[Tuple[str, str]], card: str, preset: str, batch_size: int,
                records_dir: str = os.path.join(ROOT, "results", "records")) -> List[Tuple[str, str]]:
     """The default rows, those without a committed record that ran ok on this card (its name, as the records give
-    it) with this preset and batch size first, each group in its order: a session fills the table's gaps before it
-    measures a row again."""
+    it) with this preset and batch size, and whose warm-up is the one a run there gets (:func:`warmed_as_kept`),
+    first, each group in its order: a session fills the table's gaps before it measures a row again."""
     done = {(rec.get("target"), rec.get("precision")) for _, rec in ok_records(records_dir, preset, batch_size)
-            if (rec.get("device") or {}).get("name") == card}
+            if (rec.get("device") or {}).get("name") == card and warmed_as_kept(rec)}
     return [r for r in rows if r not in done] + [r for r in rows if r in done]
+
+
+def warmed_as_kept(rec: dict) -> bool:
+    """Whether a record's warm-up is what a run on its card gets with the project's autotuning results: so for every
+    row but those of JAX and Keras on JAX on a GPU, whose run must have read the card's results
+    (``options.xla_autotune``: a file loaded, with entries) and autotuned nothing they lacked (it wrote no more
+    entries than it read, where it wrote: XLA writes every result it holds).  A JAX row's first run on a card, which
+    writes them, measures its speed but not that warm-up: its row stays a gap until a run reads them."""
+    row = ALL_TARGETS.get(rec.get("target"))
+    if row is None or row.env != XLA_ENV or (rec.get("device") or {}).get("type") != "cuda":
+        return True
+    tuned = (rec.get("options") or {}).get("xla_autotune") or {}
+    entries, written = tuned.get("entries") or 0, tuned.get("written")
+    return bool(tuned.get("loaded")) and entries > 0 and not (isinstance(written, int) and written > entries)
 
 
 def default_session_rows(rows: List[Tuple[str, str]], card: str, preset: str, batch_size: int, no_autotune_dump: bool,
