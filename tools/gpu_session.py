@@ -657,7 +657,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds from the start by which the session has ended (default 560, inside a 600-s call)")
     p.add_argument("--rows", type=rows_list, default=None, metavar="ROW:PRECISION[,...]",
                    help="the rows in order (default: %s; those without a committed record on this card "
-                        "first)" % DEFAULT_ROWS)
+                        "first, a JAX row's counting once it read the card's autotuning results)" % DEFAULT_ROWS)
     p.add_argument("--estimate", type=estimate_override, action="append", default=[], metavar="ROW:PRECISION=S",
                    help="the estimate of a row in seconds, instead of the records' or the default's (repeatable)")
     p.add_argument("--preset", default=None, choices=sorted(PRESETS),
