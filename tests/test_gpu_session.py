@@ -399,3 +399,21 @@ def test_a_row_whose_autotuning_results_this_card_has_is_estimated_with_a_quarte
                                                                         "jaxlib": "0.11.2"}}))
     assert gpu_session.estimate("jax", "fp32", "quick", 32, "cuda", str(d), card="NVIDIA H100 80GB HBM3",
                                 autotune_dir=str(tuned)) == plain               # it wrote nothing
+
+
+def test_jax_graphs_without_a_record_is_estimated_as_the_jax_row_whose_programs_it_compiles(tmp_path):
+    """jax+graphs compiles the JAX row's programs (the loops then replayed from CUDA graphs): where it has no record
+    it is estimated as that row, whose committed run on the card wrote the autotuning results it reads too."""
+    d, tuned = tmp_path / "records", tmp_path / "autotune"
+    write_record(d, "jax.json", target="jax", run={"wall_s": 330.0}, timing={"warmup_s": 208.0},
+                 options={"xla_autotune": {"written": 1800, "loaded": None, "jaxlib": "0.11.2"}})
+    (tuned / "jax-0.11.2").mkdir(parents=True)
+    (tuned / "jax-0.11.2" / "nvidia-h200.textproto").write_text("version: 3\n")
+    args = ("fp32", "quick", 32, "cuda", str(d))
+    est, source = gpu_session.estimate("jax+graphs", *args, card="NVIDIA H200", autotune_dir=str(tuned))
+    assert est == gpu_session.estimate("jax", *args, card="NVIDIA H200", autotune_dir=str(tuned))[0] == 221
+    assert source.startswith("no record: jax's, whose programs it compiles (jax.json: run.wall_s 330 s, warm-up")
+    assert gpu_session.estimate("jax+graphs", *args)[0] == 400                  # ceil(1.15 x 330 + 20), no card
+    write_record(d, "graphs.json", target="jax+graphs", run={"wall_s": 100.0})   # a record of its own wins
+    assert gpu_session.estimate("jax+graphs", *args, card="NVIDIA H200", autotune_dir=str(tuned))[0] == 135
+    assert gpu_session.estimate("jax+hoist", *args)[1] == "no record: the default 340 s"   # other programs

@@ -109,7 +109,6 @@ DEFAULT_WALL_S = {
         "jax": 340,
         "jax+bidir2": 340,      # no GPU record: hoist's programs with both directions in one scan
         "jax+hoist": 340,       # no GPU record: the row of record's programs with the input products out of the scan
-        "jax+graphs": 340,      # no GPU record: the row of record's programs, the loops in command buffers
         "keras-jax": 340,       # no GPU record: XLA compiles the same 15 shapes (on a CPU its warm-up is jax's)
         "keras-torch": 400,     # no GPU record: eager, SimpleRNN a Python loop over the steps; the longest guess
         "pytorch": 120,         # the first H200 run (2026-11-26): 94 s with the export, ONNX and forward timing;
@@ -120,6 +119,10 @@ DEFAULT_WALL_S = {
 }
 #: a row without a record and without a default above
 UNKNOWN_WALL_S = 480
+#: a variant that compiles its row of record's programs: estimated as that row where it has no record of its own.
+#: jax+graphs: the same HLO, so the same autotuning (XLA puts the loops into command buffers after it has autotuned
+#: the fusions), only the loops replayed from CUDA graphs; a card's results written by the JAX row serve it
+SAME_PROGRAMS = {"jax+graphs": "jax"}
 #: a row's second run reads the autotuning results its first run wrote: its estimate is the first run's wall
 #: seconds with this share of its warm-up (on the H100, three shapes compiled in 4.5 s with the results read against
 #: 63.2 s writing them, 7 %: a quarter leaves room for what the first run's file lacks)
@@ -196,8 +199,9 @@ def estimate(target: str, precision: str, preset: str, batch_size: int, device_t
     this row on it that wrote XLA's autotuning results, now in the card's file (:func:`autotuned_run`): its wall
     seconds with :data:`REPEAT_WARMUP_SHARE` of its warm-up, as a row's second run in a session.  Else the longest
     run.wall_s of the committed records of this row (:func:`committed_walls`); else of its fp32 row (the same
-    shapes, the same compilations); else :data:`DEFAULT_WALL_S` (:data:`UNKNOWN_WALL_S` for a row it lacks).  Then
-    ``ceil(MARGIN x wall + START_S)``."""
+    shapes, the same compilations); else, for a variant of :data:`SAME_PROGRAMS`, its row of record's estimate;
+    else :data:`DEFAULT_WALL_S` (:data:`UNKNOWN_WALL_S` for a row it lacks).  Then ``ceil(MARGIN x wall +
+    START_S)``."""
     records = ok_records(records_dir, preset, batch_size)          # read once
     tuned = autotuned_run(records, target, precision, card, autotune_dir) if card else None
     if tuned:
@@ -212,6 +216,10 @@ def estimate(target: str, precision: str, preset: str, batch_size: int, device_t
             source = "%s: run.wall_s %.0f s" % (name, wall) + ("" if prec == precision else " (its fp32 row)")
             break
     else:
+        if target in SAME_PROGRAMS:
+            est, source = estimate(SAME_PROGRAMS[target], precision, preset, batch_size, device_type, records_dir,
+                                   card, autotune_dir)
+            return est, "no record: %s's, whose programs it compiles (%s)" % (SAME_PROGRAMS[target], source)
         table = DEFAULT_WALL_S.get((preset, device_type), {})
         wall = table.get(target, UNKNOWN_WALL_S)
         source = "no record: the default %d s" % wall
