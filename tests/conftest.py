@@ -343,6 +343,17 @@ def cpu_env(row):
     return paths[0], env_python(paths[0])
 
 
+def dead_runners_claim(owner: str) -> int:
+    """Rewrite a row's ``.staging/<stem>.owner`` (runner/run/staging.py) as a runner of this host that no longer runs
+    would have left it; returns that runner's pid."""
+    from common import processes
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()                                        # a pid that no longer runs
+    with open(owner, "w") as f:
+        f.write("%d %s %s\n" % (dead.pid, processes.process_start_time(dead.pid) or "-", processes.host_id()))
+    return dead.pid
+
+
 def harness_result(python, source, directory, *args, timeout=600):
     """Run ``source`` (a harness script: a notebook's cells in a framework's environment) with ``python`` from the
     repository root, ``args`` after its path; the JSON of the last line it prints that starts with ``RESULT ``.  The

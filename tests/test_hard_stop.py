@@ -33,7 +33,7 @@ from common import processes, results
 from runner import interrupt
 from runner.dp import supervisor
 from runner.run import staging
-from tests.conftest import ROOT
+from tests.conftest import ROOT, dead_runners_claim
 
 #: launcher -> (target, extra run_all.py options)
 LAUNCHERS = {"torchrun": ("pytorch", []), "tf_config": ("tensorflow", []), "jax": ("jax", []),
@@ -180,18 +180,15 @@ def test_a_dead_runners_rows_get_their_prepared_record_and_a_live_ones_are_left_
     stage = results_dir / ".staging"
     notebooks = results_dir / "notebooks"
     notebooks.mkdir(parents=True)
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()                                        # a pid that no longer runs
     for stem in ("dead_w2", "live_w2", "reused_w2", "elsewhere_w2"):
         staging.claim(str(stage), stem, lambda status, reason: results.failed_record(
             "jax", status, reason, framework="JAX", run={"finished": "x"}))
         for name in (".json", ".rank0.status.json", ".rank1.status.json", ".py", ".json.123.partial"):
             (stage / (stem + name)).write_text("x")
-    (stage / "dead_w2.owner").write_text("%d %s %s\n" % (dead.pid, processes.process_start_time(dead.pid) or "-",
-                                                         processes.host_id()))
+    dead = dead_runners_claim(str(stage / "dead_w2.owner"))
     (stage / "reused_w2.owner").write_text("%d 1\n" % os.getpid())    # a pid reused by another process (no host)
     other_host = "0" * 8 if processes.host_id() != "0" * 8 else "1" * 8
-    (stage / "elsewhere_w2.owner").write_text("%d - %s\n" % (dead.pid, other_host))    # not judged from here
+    (stage / "elsewhere_w2.owner").write_text("%d - %s\n" % (dead, other_host))    # not judged from here
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell("1")]
     nbformat.write(nb, str(notebooks / "dead_w2.partial.ipynb"))

@@ -6,14 +6,12 @@ import ast
 import builtins
 import copy
 import os
-import subprocess
-import sys
 
 import nbformat
 import numpy as np
 import pytest
 
-from common import exports, processes, results
+from common import exports, results
 from common.spec import get_preset
 from runner import cli
 from runner.envs import framework_envs
@@ -23,7 +21,7 @@ from runner.report import render
 from runner.report import checks
 from runner.report import tables
 from runner.run.targets import TARGETS, Target, control_precision_error
-from tests.conftest import ROOT
+from tests.conftest import ROOT, dead_runners_claim
 from tests.test_report import fixture_record
 
 FIXTURE = "../tests/fixtures/numpy_ds2.ipynb"      # relative to notebooks/, as Target expects
@@ -212,10 +210,7 @@ def test_a_pair_whose_runner_was_killed_outright_is_recorded_by_the_next_pair(tm
     stem = migrate.migration_stem(a, b, opts)
     staging.claim(os.path.join(mdir, ".staging"), stem,
                   lambda status, reason: dict(migrate._base(a, b, opts), status=status, error=reason, run={}))
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()                                        # the runner that claimed it is gone
-    with open(os.path.join(mdir, ".staging", stem + staging.OWNER), "w") as f:
-        f.write("%d %s\n" % (dead.pid, processes.process_start_time(dead.pid) or ""))
+    dead_runners_claim(os.path.join(mdir, ".staging", stem + staging.OWNER))   # the runner that claimed it is gone
     out = migrate.run_pair(fake("fake-c", "a"), b, opts, "python3", announce=lambda *x: None)
     assert out["status"] == "failed" and "fake-c" in out["error"], out        # no export of fake-c: at once
     rec = results.read_record(os.path.join(mdir, stem + ".json"))

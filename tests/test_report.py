@@ -781,18 +781,14 @@ def test_the_report_alone_records_a_row_whose_runner_was_killed_outright(records
     latest; a live runner's row (this test's own claim) is left alone."""
     import subprocess
     import sys
-    from common import processes
     from runner.run import staging
-    from tests.conftest import ROOT
+    from tests.conftest import ROOT, dead_runners_claim
     stage = str(records_dir / ".staging")
     for target, framework in (("pytorch", "PyTorch"), ("jax", "JAX")):
         staging.claim(stage, target, lambda status, reason, t=target, f=framework: results.failed_record(
             t, status, reason, framework=f, preset="smoke", precision="fp32",
             device={"type": "cpu", "name": "AMD EPYC"}))
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()                                        # a pid that no longer runs
-    with open(os.path.join(stage, "pytorch.owner"), "w") as f:
-        f.write("%d %s %s\n" % (dead.pid, processes.process_start_time(dead.pid) or "-", processes.host_id()))
+    dead_runners_claim(os.path.join(stage, "pytorch" + staging.OWNER))
     out = tmp_path / "page.md"
     proc = subprocess.run([sys.executable, "-m", "runner.report", "--results-dir", str(records_dir), "--output",
                            str(out)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
