@@ -288,8 +288,15 @@ def broken_run(tmp_path_factory):
     fake.write_text("#!/bin/sh\ncase \"$*\" in *venv*) echo 'fake interpreter: cannot start' >&2; exit 3;; esac\n"
                     "exec %s \"$@\"\n" % getattr(sys, "_base_executable", sys.executable))
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
-    return run_all(["--preset", "smoke", "--frameworks", "tensorflow,mxnet", "--python", "tensorflow=%s" % fake],
-                   tmp / "results")
+    from runner.envs.definitions import ENVS
+    from runner.envs.framework_envs import env_path
+    made = env_path(ENVS["tensorflow"], "cpu", str(fake))     # in the checkout's .venvs/, named after the interpreter
+    yield run_all(["--preset", "smoke", "--frameworks", "tensorflow,mxnet", "--python", "tensorflow=%s" % fake],
+                  tmp / "results")
+    for leftover in (made + ".lock", made + ".log"):     # its lock and log, one pair per test run: not kept
+        if os.path.exists(leftover):
+            os.remove(leftover)
+    assert not os.path.exists(made), made
 
 
 def test_broken_environment_is_a_failed_row_and_others_still_run(broken_run):
