@@ -4,6 +4,8 @@ GPU facts come from ``nvidia-smi`` when it is on PATH; cuDNN and the CUDA a fram
 built against are known only to the framework, so notebooks add those themselves.
 Only the standard library is used (run_all.py calls this before any framework exists).
 """
+import functools
+import json
 import os
 import platform
 import re
@@ -76,6 +78,13 @@ def compute_capability(gpu: dict) -> Optional[float]:
         return None
 
 
+@functools.lru_cache(maxsize=None)
+def _gpu_facts(path: str) -> str:
+    """:func:`gpus` and :func:`cuda_driver_version` as JSON, asked once per process and PATH (which nvidia-smi
+    answers): a runner writes a record per row, and each answer costs two runs of nvidia-smi."""
+    return json.dumps({"gpus": gpus(), "cuda_driver": cuda_driver_version()})
+
+
 def collect(extra: Optional[dict] = None) -> dict:
     """Facts about this machine for a result record; ``extra`` (e.g. cuDNN) is merged in."""
     info = {
@@ -84,9 +93,8 @@ def collect(extra: Optional[dict] = None) -> dict:
         "python_executable": sys.executable,
         "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),
-        "gpus": gpus(),
-        "cuda_driver": cuda_driver_version(),
     }
+    info.update(json.loads(_gpu_facts(os.environ.get("PATH", ""))))     # a fresh copy for each record
     if extra:
         info.update(extra)
     return info
