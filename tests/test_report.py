@@ -703,6 +703,45 @@ def test_a_gpu_run_that_skipped_parts_says_its_time_is_without_them(tmp_path):
         "forward timing)")
 
 
+def test_before_you_rent_a_gpu_names_the_fastest_full_model_record_on_each_card_with_its_roofline_share(tmp_path):
+    """Any row, precision and route; the full model only (a smoke-width run is faster and says nothing); a finished
+    record only; the share of the card's latency-aware roofline where the results directory has its figures."""
+    import json
+    from common import roofline
+    h200 = [_gpu_record("pytorch", "PyTorch", 1300.0, config=FULL_MODEL.to_dict(), scale=64),
+            _gpu_record("pytorch", "PyTorch", 2000.0, precision="tf32", config=FULL_MODEL.to_dict(), scale=64),
+            fixture_record("jax", "JAX", LOSSES, 5000.0, device="NVIDIA H200", dtype="cuda", preset="smoke",
+                           batch_size=8, config=SMOKE_MODEL.to_dict())]
+    h100 = _gpu_record("pytorch+graphs", "PyTorch", 1500.0, config=FULL_MODEL.to_dict(), scale=64, variant="graphs")
+    h100["device"]["name"] = "NVIDIA H100 80GB HBM3"
+    killed = results.failed_record("jax", "failed", "interrupted (SIGINT)", framework="JAX", preset="quick",
+                                   precision="fp32", batch_size=32, device={"type": "cuda", "name": "NVIDIA H100 "
+                                                                            "80GB HBM3"})
+    d = tmp_path / "results" / "records"
+    d.mkdir(parents=True)
+    for i, rec in enumerate(h200 + [h100, killed]):
+        results.write_record(str(d / ("%d.json" % i)), rec)
+    bare = render.section_block(render.render(str(tmp_path / "results"), "cmd", None, str(tmp_path / "results.md")),
+                                gpu_facts.TITLE, stop=("## ",))
+    assert [l for l in bare.splitlines() if l.startswith("- **Fastest on each card**")] == [
+        "- **Fastest on each card** (the full model; any row, precision and route): on an NVIDIA H100 80GB HBM3, "
+        "`pytorch+graphs` at fp32 (quick, batch 32): 1500 audio-s/s, no latency figures for the card (no record "
+        "file); on an NVIDIA H200, `pytorch` at tf32 (quick, batch 32): 2000 audio-s/s, no latency figures for the "
+        "card (no record file)."]
+    (tmp_path / "results" / "latency").mkdir()
+    (tmp_path / "results" / "latency" / "h200.json").write_text(json.dumps({
+        "benchmark": "rnn_latency", "device": {"type": "cuda", "name": "NVIDIA H200"},
+        "sizes": {"batch": 32, "hidden": FULL_MODEL.rnn_hidden},
+        "precisions": {"tf32": {"t_step_s": 14e-6, "gemm_flops_per_s": {"input": 50e12, "recurrent": 5e12}}}}))
+    md = render.render(str(tmp_path / "results"), "cmd", None, str(tmp_path / "results.md"))
+    line = [l for l in render.section_block(md, gpu_facts.TITLE, stop=("## ",)).splitlines()
+            if l.startswith("- **Fastest on each card**")][0]
+    bound = roofline.epoch_bound(FULL_MODEL, roofline.deepmark_batches(32, 64), 14e-6, 50e12)["audio_s_per_s"]
+    assert line.endswith("`pytorch` at tf32 (quick, batch 32): 2000 audio-s/s, %.0f%% of the card's latency-aware "
+                         "roofline (no record file)." % (100 * 2000.0 / bound))
+    assert not gpu_facts.fastest_lines([killed], "", "", {})              # nothing finished: no line
+
+
 def test_before_you_rent_a_gpu_without_gpu_records_says_nothing_ran(tmp_path, records_dir):
     md = render.render(str(records_dir), "python -m runner.report", "abc", str(tmp_path / "results.md"))
     block = render.section_block(md, gpu_facts.TITLE, stop=("## ",))

@@ -6,11 +6,12 @@ GPU builds; nothing here is typed by hand.  README.md carries a copy between two
 """
 import os
 from collections import OrderedDict
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from common.spec import DEEPMARK_SCALE, PRESETS
 
 from runner.envs.gpu_preflight import BUILDS, arch_verdict
+from runner.report.latency import latency_share
 from runner.report.records import is_gpu, stopped_early
 from runner.run.targets import ALL_TARGETS
 
@@ -79,6 +80,33 @@ def ran_lines(gpu: List[dict], records_dir: str, output: str) -> List[str]:
                 "%s %s (%s)" % (rec.get("precision"), _outcome(rec), _record_link(rec, records_dir, output))
                 for rec in recs)))
     return lines
+
+
+#: the presets of the full model on a GPU: their speeds compare across rows and precisions
+FULL_MODEL_PRESETS = ("quick", "deepmark")
+
+
+def fastest_lines(gpu: List[dict], records_dir: str, output: str, latency: Dict[str, dict]) -> List[str]:
+    """The fastest finished record of the full model on each card, of any row, precision and route, with its share
+    of that card's latency-aware roofline where the card has latency figures (runner/report/latency.py)."""
+    best = OrderedDict()
+    for rec in sorted(gpu, key=lambda r: str((r.get("device") or {}).get("name"))):
+        speed = (rec.get("timing") or {}).get("audio_s_per_s")
+        if rec.get("status") != "ok" or rec.get("preset") not in FULL_MODEL_PRESETS or speed is None:
+            continue
+        card = (rec.get("device") or {}).get("name") or "unknown GPU"
+        if card not in best or speed > best[card][1]:
+            best[card] = (rec, speed)
+    if not best:
+        return []
+    entries = []
+    for card, (rec, speed) in best.items():
+        share = latency_share(rec, latency)
+        entries.append("on an %s, `%s` at %s (%s, batch %s): %.0f audio-s/s, %s (%s)" % (
+            card, rec.get("target"), rec.get("precision"), rec.get("preset"), rec.get("batch_size"), speed,
+            "%.0f%% of the card's latency-aware roofline" % (100 * share) if share is not None
+            else "no latency figures for the card", _record_link(rec, records_dir, output)))
+    return ["- **Fastest on each card** (the full model; any row, precision and route): %s." % "; ".join(entries)]
 
 
 def never_lines(gpu: List[dict]) -> List[str]:
@@ -177,10 +205,13 @@ def time_lines(gpu: List[dict]) -> List[str]:
     return lines
 
 
-def before_you_rent(records: List[dict], records_dir: str, output: str) -> List[str]:
-    """The section's lines (README.md copies them)."""
+def before_you_rent(records: List[dict], records_dir: str, output: str,
+                    latency: Optional[Dict[str, dict]] = None) -> List[str]:
+    """The section's lines (README.md copies them); ``latency``: the cards' latency figures (runner/report/latency.py
+    load_latency), for each card's fastest record's share of its roofline."""
     gpu = [r for r in records if is_gpu(r)]
-    return [TITLE, ""] + ran_lines(gpu, records_dir, output) + never_lines(gpu) + cannot_lines() \
+    return [TITLE, ""] + ran_lines(gpu, records_dir, output) + fastest_lines(gpu, records_dir, output, latency or {}) \
+        + never_lines(gpu) + cannot_lines() \
         + time_lines(gpu) + [
             "- **Run `python run_all.py --preset quick` first**: 5% of an epoch, enough for every row's speed, and "
             "its records say how long the full preset will take.", ""]

@@ -66,8 +66,8 @@ def _make_plots(records: List[dict], controls: List[dict], plots_dir: str) -> di
     return made
 
 
-def _top_lines(records, all_records, output, image, header, records_dir) -> List[str]:
-    """The title, the summary and the table of record."""
+def _top_lines(records, all_records, output, image, header, records_dir, latency=None) -> List[str]:
+    """The title, the summary, what to know before renting a GPU and the table of record."""
     return [
         "# DS2 Rosetta results",
         "",
@@ -78,7 +78,7 @@ def _top_lines(records, all_records, output, image, header, records_dir) -> List
         "A framework that could not run keeps its row in the table of record, with the reason. CPU `smoke` rows "
         "check correctness and the pipeline; they say nothing about GPU speed.",
         "",
-    ] + before_you_rent(all_records, records_dir, output) + [
+    ] + before_you_rent(all_records, records_dir, output, latency) + [
         "## Table of record",
         "",
     ] + (record_tables(records, output) if records else ["_No result records._\n"]) + [
@@ -211,8 +211,9 @@ def render(results_dir: str, command: str, commit: Optional[str], output: str, w
     provenance = provenance_rows(all_records)
     header = header_line(command, commit, len(all_records), rel(records_dir), len(provenance),
                          len(set(p["Machine"] for p in provenance)))
-    lines = _top_lines(records, all_records, output, image, header, records_dir) \
-        + unreadable_lines(unreadable, records_dir, output) + _speed_lines(records, image, load_latency(results_dir)) \
+    latency = load_latency(results_dir)
+    lines = _top_lines(records, all_records, output, image, header, records_dir, latency) \
+        + unreadable_lines(unreadable, records_dir, output) + _speed_lines(records, image, latency) \
         + _agreement_lines(records, controls, image) \
         + migration_section(results_dir, records, records_dir, controls) + onnx_section(records, results_dir, output) \
         + data_parallel.report_section(records, md_table) + learning.section(learning_records, plots_dir, rel) + [
