@@ -675,32 +675,38 @@ def test_before_you_rent_a_gpu_says_what_ran_what_cannot_and_how_long_from_the_r
     ran = [l for l in block.splitlines() if l.startswith("  - `")]
     assert ran[0].startswith("  - `jax` quick, batch 32, on an NVIDIA H200 through the frameworks as "
                              "installed") and "fp32 not finished (interrupted) (no record file)" in ran[0]
-    assert "`pytorch` quick" in ran[1] and "fp32 ok, 1300 audio-s/s ([record](results/records/pytorch_quick_fp32_bs32_" \
-        "nvidia-h200.json))" in ran[1]
+    assert "`pytorch` quick" in ran[1] and ran[1].endswith(            # its time: 100 s, and 100 - 30 + 600
+        "fp32 ok, 1300 audio-s/s in 100 s, deepmark about 11 min ([record](results/records/pytorch_quick_fp32_bs32_"
+        "nvidia-h200.json))")
     assert not any("tensorflow" in l for l in ran)                    # a CPU record is no GPU claim
     assert "**Routes no GPU has run:** the pinned environments" in block and "an offline wheelhouse" in block
     assert "as installed (`--use-installed`)" not in block.split("**Routes no GPU has run:**")[1].split("\n")[0]
     assert "`jax`" in block.split("**Environments no row has finished in on a GPU:**")[1].split("\n")[0]
     hopper = [l for l in block.splitlines() if "H100, H200 (Hopper), sm_90" in l][0]
     assert "`mxnet`: mxnet-cu112" in hopper and "no kernel image" in hopper and "`pytorch`" not in hopper
-    assert "`pytorch` batch 32, NVIDIA H200: fp32 quick 100 s, deepmark about 11 min" in block   # 100 - 30 + 600
+    assert "**How long a row takes:** the times above" in block
     assert "Run `python run_all.py --preset quick` first" in block
 
 
 def test_a_gpu_run_that_skipped_parts_says_its_time_is_without_them(tmp_path):
+    """A row's line gives each finished run's time; what its runs left out is said once where they all left out the
+    same, else after each run's time."""
     session = _gpu_record("pytorch", "PyTorch", 1300.0, as_is=True, precision="bf16")
     session["options"] = {"skipped": ["export", "onnx", "forward"]}
-    lines = gpu_facts.time_lines([_gpu_record("pytorch", "PyTorch", 1300.0, as_is=True), session])
-    assert lines[1] == ("  - `pytorch` batch 32, NVIDIA H200: fp32 quick 100 s, deepmark about 11 min; bf16 quick "
-                        "100 s, deepmark about 11 min (figures without the export, ONNX and the forward timing)")
+    head = "  - `pytorch` quick, batch 32, on an NVIDIA H200 through the frameworks as installed (`--use-installed`): "
+    lines = gpu_facts.ran_lines([_gpu_record("pytorch", "PyTorch", 1300.0, as_is=True), session], "", "")
+    assert lines[1] == head + ("fp32 ok, 1300 audio-s/s in 100 s, deepmark about 11 min (no record file); bf16 ok, "
+                               "1300 audio-s/s in 100 s, deepmark about 11 min, without the export, ONNX and the "
+                               "forward timing (no record file)")
     session["options"] = {"skipped": ["forward"]}
-    assert gpu_facts.time_lines([session])[1] == ("  - `pytorch` batch 32, NVIDIA H200: bf16 quick 100 s, deepmark "
-                                                  "about 11 min (figures without the forward timing)")
+    assert gpu_facts.ran_lines([session], "", "")[1] == head + (
+        "bf16 ok, 1300 audio-s/s in 100 s, deepmark about 11 min (no record file); times without the forward timing")
     other = copy.deepcopy(session)
     other["precision"] = "tf32"
-    assert gpu_facts.time_lines([session, other])[1].endswith(
-        "tf32 quick 100 s, deepmark about 11 min; bf16 quick 100 s, deepmark about 11 min (all figures without the "
-        "forward timing)")
+    assert gpu_facts.ran_lines([session, other], "", "")[1].endswith(
+        "tf32 ok, 1300 audio-s/s in 100 s, deepmark about 11 min (no record file); bf16 ok, 1300 audio-s/s in 100 s, "
+        "deepmark about 11 min (no record file); all times without the forward timing")
+    assert gpu_facts.time_lines([session])[0].startswith("- **How long a row takes:** the times above")
 
 
 def test_before_you_rent_a_gpu_names_the_fastest_full_model_record_on_each_card_with_its_roofline_share(tmp_path):

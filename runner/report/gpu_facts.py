@@ -69,16 +69,32 @@ def _by_row(items: list, key, record=lambda item: item) -> "OrderedDict":
 
 
 def ran_lines(gpu: List[dict], records_dir: str, output: str) -> List[str]:
+    """A line per row, preset, batch size, card and route; per precision the outcome, and for a finished run of the
+    full model its wall time and the deepmark preset's estimated from it (:func:`wall_estimates`, what a run left
+    out said once per line where its runs left out the same), and the record's link.  So a new row adds one line."""
     if not gpu:
         return ["- **Has run on a GPU:** nothing yet: no record here ran on a GPU."]
-    lines = ["- **Has run on a GPU** (one line per row, preset, batch size, card and route; a record per precision):"]
+    lines = ["- **Has run on a GPU** (one line per row, preset, batch size, card and route; per precision its "
+             "outcome, how long its run took, and its record):"]
+    times = {id(rec): (wall, deepmark) for rec, wall, deepmark in wall_estimates(gpu)}
     key = lambda r: (r.get("target", ""), r.get("preset", ""), r.get("batch_size"),
                      (r.get("device") or {}).get("name") or "unknown GPU", route(r))
     for (target, preset, batch, card, how), recs in _by_row(gpu, key).items():
-        lines.append("  - `%s` %s, batch %s, on an %s through %s: %s" % (
-            target, preset, batch, card, ROUTES[how], "; ".join(
-                "%s %s (%s)" % (rec.get("precision"), _outcome(rec), _record_link(rec, records_dir, output))
-                for rec in recs)))
+        withouts = [_without(rec) for rec in recs if id(rec) in times]
+        shared = len(set(withouts)) == 1                # every timed run of the line left out the same: said once
+        entries = []
+        for rec in recs:
+            took = ""
+            if id(rec) in times:
+                wall, deepmark = times[id(rec)]
+                took = " in %s" % _minutes(wall) + (", deepmark about %s" % _minutes(deepmark)
+                                                     if preset != "deepmark" else "")
+                took += "" if shared or not _without(rec) else ", " + _without(rec)
+            entries.append("%s %s%s (%s)" % (rec.get("precision"), _outcome(rec), took,
+                                             _record_link(rec, records_dir, output)))
+        once = "; %stimes %s" % ("" if len(withouts) == 1 else "all ", withouts[0]) if shared and withouts[0] else ""
+        lines.append("  - `%s` %s, batch %s, on an %s through %s: %s%s" % (
+            target, preset, batch, card, ROUTES[how], "; ".join(entries), once))
     return lines
 
 
@@ -166,7 +182,7 @@ def wall_estimates(gpu: List[dict]) -> List[Tuple[dict, float, Optional[float]]]
     return out
 
 
-#: what a run left out (run_all.py --skip), as the time lines name it
+#: what a run left out (run_all.py --skip), as the lines of the runs name it
 SKIPPED_PARTS = {"export": "the export", "onnx": "ONNX", "forward": "the forward timing"}
 
 
@@ -180,29 +196,14 @@ def _without(rec: dict) -> str:
 
 
 def time_lines(gpu: List[dict]) -> List[str]:
-    est = wall_estimates(gpu)
-    lines = ["- **How long a row takes:** "]
-    if not est:
-        lines[0] += "no finished GPU record of the full model yet, so no row's time is known."
-        return lines
-    lines[0] += ("measured notebook wall time on `quick` (%s), and the `deepmark` preset (%s, the GPU default) "
-                 "estimated as that run with its timed pass replaced by one full epoch at its measured speed. A row "
-                 "not listed has no finished GPU record: its time is unknown, and slower frameworks take far longer."
-                 % (PRESETS["quick"].purpose, PRESETS["deepmark"].purpose))
-    key = lambda r: (r.get("target", ""), r.get("batch_size"), (r.get("device") or {}).get("name"))
-    for (target, batch, card), runs in _by_row(est, key, record=lambda run: run[0]).items():
-        withouts = [_without(rec) for rec, _, _ in runs]
-        shared = len(set(withouts)) == 1                     # every run of the line left out the same, said once
-        entries = []
-        for (rec, quick, deepmark), without in zip(runs, withouts):
-            own = "" if shared or not without else " (figures %s)" % without
-            entries.append("%s quick %s, deepmark about %s%s" % (rec.get("precision"), _minutes(quick),
-                                                                 _minutes(deepmark), own))
-        said_once = withouts[0] if shared else ""
-        if said_once:
-            said_once = " (%sfigures %s)" % ("" if len(runs) == 1 else "all ", said_once)
-        lines.append("  - `%s` batch %s, %s: %s%s" % (target, batch, card, "; ".join(entries), said_once))
-    return lines
+    """What the wall times in :func:`ran_lines` are, or that no row's time is known yet."""
+    if not wall_estimates(gpu):
+        return ["- **How long a row takes:** no finished GPU record of the full model yet, so no row's time is "
+                "known."]
+    return ["- **How long a row takes:** the times above: the notebook's whole run on `quick` (%s), and the "
+            "`deepmark` preset (%s, the GPU default) estimated as that run with its timed pass replaced by one full "
+            "epoch at its measured speed. A row not listed has no finished GPU record: its time is unknown, and "
+            "slower frameworks take far longer." % (PRESETS["quick"].purpose, PRESETS["deepmark"].purpose)]
 
 
 def before_you_rent(records: List[dict], records_dir: str, output: str,
