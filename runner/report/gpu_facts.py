@@ -12,7 +12,7 @@ from common.spec import DEEPMARK_SCALE, PRESETS
 
 from runner.envs.gpu_preflight import BUILDS, arch_verdict
 from runner.report.latency import latency_share
-from runner.report.records import is_gpu, stopped_early
+from runner.report.records import _speed, is_gpu, stopped_early
 from runner.run.targets import ALL_TARGETS
 
 #: the cards the audit is read for: (compute capability, the cards of that architecture)
@@ -80,8 +80,8 @@ def ran_lines(gpu: List[dict], records_dir: str, output: str) -> List[str]:
     key = lambda r: (r.get("target", ""), r.get("preset", ""), r.get("batch_size"),
                      (r.get("device") or {}).get("name") or "unknown GPU", route(r))
     for (target, preset, batch, card, how), recs in _by_row(gpu, key).items():
-        withouts = [_without(rec) for rec in recs if id(rec) in times]
-        shared = len(set(withouts)) == 1                # every timed run of the line left out the same: said once
+        withouts = {id(rec): _without(rec) for rec in recs if id(rec) in times}
+        shared = len(set(withouts.values())) == 1       # every timed run of the line left out the same: said once
         entries = []
         for rec in recs:
             took = ""
@@ -89,10 +89,11 @@ def ran_lines(gpu: List[dict], records_dir: str, output: str) -> List[str]:
                 wall, deepmark = times[id(rec)]
                 took = " in %s" % _minutes(wall) + (", deepmark about %s" % _minutes(deepmark)
                                                      if preset != "deepmark" else "")
-                took += "" if shared or not _without(rec) else ", " + _without(rec)
+                took += "" if shared or not withouts[id(rec)] else ", " + withouts[id(rec)]
             entries.append("%s %s%s (%s)" % (rec.get("precision"), _outcome(rec), took,
                                              _record_link(rec, records_dir, output)))
-        once = "; %stimes %s" % ("" if len(withouts) == 1 else "all ", withouts[0]) if shared and withouts[0] else ""
+        said = next(iter(withouts.values()), "") if shared else ""
+        once = "; %stimes %s" % ("" if len(withouts) == 1 else "all ", said) if said else ""
         lines.append("  - `%s` %s, batch %s, on an %s through %s: %s%s" % (
             target, preset, batch, card, ROUTES[how], "; ".join(entries), once))
     return lines
@@ -107,8 +108,8 @@ def fastest_lines(gpu: List[dict], records_dir: str, output: str, latency: Dict[
     of that card's latency-aware roofline where the card has latency figures (runner/report/latency.py)."""
     best = OrderedDict()
     for rec in sorted(gpu, key=lambda r: str((r.get("device") or {}).get("name"))):
-        speed = (rec.get("timing") or {}).get("audio_s_per_s")
-        if rec.get("status") != "ok" or rec.get("preset") not in FULL_MODEL_PRESETS or speed is None:
+        speed = _speed(rec)                              # None unless it finished with a speed
+        if rec.get("preset") not in FULL_MODEL_PRESETS or speed is None:
             continue
         card = (rec.get("device") or {}).get("name") or "unknown GPU"
         if card not in best or speed > best[card][1]:
