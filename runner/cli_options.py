@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated targets, or 'all' (default: every row of record). Targets: %s; "
                         "variants: %s" % (names(), ", ".join(VARIANTS)))
     p.add_argument("--variants", action="store_true",
-                   help="also run each selected framework's fastest known variant (its own row)")
+                   help="also run every variant of each selected framework, each its own row")
     p.add_argument("--preset", type=preset_name, default=None,
                    help="%s (default: deepmark on a CUDA GPU, smoke otherwise); %s: the real task, a DS2 learns "
                         "spoken English to a target CER (docs/real-task.md)" % (" | ".join(PRESETS),
