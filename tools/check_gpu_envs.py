@@ -13,16 +13,24 @@ library loads them first).
     python tools/check_gpu_envs.py [--dest DIR] [--only pytorch/cu130,jax] [--python cntk=/path/python3.6]
                                    [--no-build] [--json FILE]
 
+Every option is checked before anything is built (one line, exit status 2): --only names known environments
+and builds, each once; --python names an environment of theirs, once, and an interpreter that runs; --dest lies
+outside the repository; --json is a new file in a folder that exists, or a results file this tool wrote (never a
+directory, a file git tracks or any other file), and is written whole (a temporary file renamed over it).
+
 To see what a user gets from the public registry rather than a local wheel store, run it with
 ``PIP_CONFIG_FILE=/dev/null`` and without ``PIP_FIND_LINKS``.  Exit status: 0 when every environment
 built and nothing but the driver is missing, 1 otherwise.  Standard library only.
 """
+import argparse
 import fnmatch
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -33,7 +41,8 @@ from runner.envs import gpu_preflight  # noqa: E402
 from runner.envs import definitions  # noqa: E402
 from runner.base import EnvError  # noqa: E402
 from runner.envs.bootstrap import create_venv, env_python, file_digest, read_stamp  # noqa: E402
-from runner.validate import OneLineParser, non_empty  # noqa: E402
+from runner.validate import (OneLineParser, first_repeated, non_empty, repeated_error,  # noqa: E402
+                             unwritable_dir)
 
 #: libraries the NVIDIA driver installs (never in a wheel): missing on a machine without the driver
 DRIVER_LIBRARIES = ("libcuda.so*", "libnvidia-*.so*", "libcudadebugger.so*", "libnvcuvid.so*", "libnvoptix.so*")
@@ -173,24 +182,156 @@ def check(env, build, dest: str, python: str, no_build: bool, log) -> dict:
     return result
 
 
-def main(argv=None) -> int:
-    p = OneLineParser(prog="tools/check_gpu_envs.py", description=__doc__.split("\n\n")[0])
-    p.add_argument("--dest", type=non_empty("directory"), default=os.path.expanduser("~/ds2-gpu-envs"),
-                   help="where the environments go")
-    p.add_argument("--only", default="", help="comma-separated ENV or ENV/BUILD (default: every GPU build)")
-    p.add_argument("--python", action="append", default=[], metavar="ENV=PATH",
-                   help="interpreter to build ENV from (cntk needs a shared-library CPython 3.6)")
-    p.add_argument("--no-build", action="store_true", help="only check environments already built in --dest")
-    p.add_argument("--json", type=non_empty("file"), default=None, help="also write the results as JSON to this file")
-    args = p.parse_args(argv)
-    bad = [item for item in args.python if not all(item.partition("=")[::2]) or "=" not in item]
-    if bad:
-        p.error("--python %r: expected ENV=PATH" % bad[0])
-    pythons = dict(item.split("=", 1) for item in args.python)
-    only = [o.strip() for o in args.only.split(",") if o.strip()]
+def only_choices():
+    """What --only accepts: each environment with GPU builds, and each ENV/BUILD."""
+    return [name for env, builds in gpu_preflight.BUILDS.items() for name in [env] + ["%s/%s" % (env, b.name)
+                                                                                  for b in builds]]
+
+
+def tracked(path: str) -> bool:
+    """Whether git tracks the file ``path`` (a file outside the repository never is)."""
+    path, root = os.path.realpath(path), os.path.realpath(ROOT)          # a link into the checkout is the checkout
+    if not path.startswith(root + os.sep):
+        return False
+    try:
+        proc = subprocess.run(["git", "-C", root, "ls-files", "--error-unmatch", "--", os.path.relpath(path, root)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return os.path.exists(path)                 # no git to ask: any file in the checkout counts as its own
+    return proc.returncode == 0
+
+
+def written_here(path: str) -> bool:
+    """Whether ``path`` is empty or holds what --json writes: a JSON list of results, each with env and built."""
+    try:
+        with open(path) as f:
+            text = f.read()
+        data = json.loads(text) if text.strip() else []
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, list) and all(isinstance(r, dict) and "env" in r and "built" in r for r in data)
+
+
+def json_error(arg: str):
+    """Why ``--json arg`` cannot take the results, or None (see its --help)."""
+    path = os.path.abspath(arg)
+    folder = os.path.dirname(path)
+    if os.path.isdir(path):
+        return "--json %s is a directory; name a file" % path
+    if not os.path.isdir(folder):
+        return "--json %s: its folder %s does not exist" % (path, folder)
+    why = unwritable_dir(folder)
+    if why:
+        return "--json %s: its folder %s %s" % (path, folder, why)
+    if not os.path.lexists(path):
+        return None
+    if os.path.islink(path) or not os.path.isfile(path):
+        return "--json %s exists and is not a regular file; name a new file" % path
+    if tracked(path):
+        return "--json %s is a file the repository tracks: it is kept; name a new file" % path
+    if not written_here(path):
+        return ("--json %s exists and is not a results file of this tool (a JSON list of results): it is kept; "
+                "name a new file" % path)
+    return None
+
+
+def python_error(env: str, path: str):
+    """Why ``--python ENV=PATH`` cannot build ENV, or None: PATH runs as a Python."""
+    found = shutil.which(path) if os.sep not in path else (path if os.path.isfile(path) else None)
+    if not found or not os.access(found, os.X_OK):
+        return "--python %s=%s: no such executable" % (env, path)
+    try:
+        proc = subprocess.run([found, "-c", "import sys; print(sys.version_info[0])"], stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, universal_newlines=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as e:
+        return "--python %s=%s does not run: %s" % (env, path, e)
+    if proc.returncode != 0 or proc.stdout.strip() != "3":
+        return "--python %s=%s does not run as a Python 3" % (env, path)
+    return None
+
+
+def errors_of(args, pythons_given):
+    """Every refusal of the options, in order (the first is the one line printed); nothing is built or written."""
+    errors = []
+    choices = only_choices()
+    unknown = [o for o in args.only if o not in choices]
+    if unknown:
+        errors.append("--only %s: unknown environment or build; choose from: %s" % (unknown[0], ", ".join(choices)))
+    twice = first_repeated(args.only)
+    if twice is not None:
+        errors.append("--only names %s twice; name each once" % twice)
+    errors.append(repeated_error("--python", pythons_given))
+    for env, path in pythons_given:
+        if env not in gpu_preflight.BUILDS:
+            errors.append("--python %s=%s: unknown environment %s; choose from: %s"
+                          % (env, path, env, ", ".join(gpu_preflight.BUILDS)))
+        else:
+            errors.append(python_error(env, path))
     dest = os.path.abspath(args.dest)
     if os.path.commonpath([dest, ROOT]) == ROOT:
-        p.error("--dest must lie outside the repository (the environments weigh ~25 GB)")
+        errors.append("--dest must lie outside the repository (the environments weigh ~25 GB)")
+    elif args.no_build and not os.path.isdir(dest):
+        errors.append("--dest %s: no such directory (--no-build checks the environments built there)" % dest)
+    elif not args.no_build and unwritable_dir(dest):
+        errors.append("--dest %s %s" % (dest, unwritable_dir(dest)))
+    if args.json is not None:
+        errors.append(json_error(args.json))
+    return [e for e in errors if e]
+
+
+def only_list(text: str):
+    """One --only value: ENV or ENV/BUILD, comma-separated, no empty item."""
+    items = [t.strip() for t in text.split(",")]
+    if not any(items) or "" in items:
+        raise argparse.ArgumentTypeError("%r: expected ENV or ENV/BUILD, comma-separated (no empty item)" % text)
+    return items
+
+
+def build_parser():
+    p = OneLineParser(prog="tools/check_gpu_envs.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--dest", type=non_empty("directory"), default=os.path.expanduser("~/ds2-gpu-envs"),
+                   help="where the environments go: outside the repository (with --no-build: a directory that exists)")
+    p.add_argument("--only", type=only_list, action="append", default=[], metavar="ENV[/BUILD][,...]",
+                   help="comma-separated ENV or ENV/BUILD, repeatable, each named once (default: every GPU build): "
+                        "%s" % ", ".join(only_choices()))
+    p.add_argument("--python", action="append", default=[], metavar="ENV=PATH",
+                   help="interpreter to build ENV from (cntk needs a shared-library CPython 3.6); one per ENV")
+    p.add_argument("--no-build", action="store_true", help="only check environments already built in --dest")
+    p.add_argument("--json", type=non_empty("file"), default=None, metavar="FILE",
+                   help="also write the results as JSON to FILE, whole or not at all: a new file in a folder that "
+                        "exists, or one this tool wrote before; never a directory, a file git tracks or any other "
+                        "file")
+    return p
+
+
+def write_json(path: str, results) -> None:
+    """``results`` into ``path`` whole: a temporary file in its folder, then renamed over it."""
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".check_gpu_envs-", suffix=".json", dir=folder)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(results, f, indent=1)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def main(argv=None) -> int:
+    p = build_parser()
+    args = p.parse_args(argv)
+    args.only = [o for items in args.only for o in items]
+    bad = [item for item in args.python if "=" not in item or not all(item.partition("=")[::2])]
+    if bad:
+        p.error("--python %r: expected ENV=PATH" % bad[0])
+    args.python = [tuple(item.split("=", 1)) for item in args.python]
+    errors = errors_of(args, args.python)
+    if errors:
+        p.error(errors[0])
+    pythons = dict(args.python)
+    only = args.only
+    dest = os.path.abspath(args.dest)
 
     def log(msg):
         print(msg, flush=True)
@@ -212,8 +353,12 @@ def main(argv=None) -> int:
             results.append(res)
             log(summary(res))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
+        try:
+            write_json(args.json, results)
+        except OSError as e:
+            print("%s: error: --json %s could not be written: %s" % (p.prog, args.json, e.strerror or e),
+                  file=sys.stderr)
+            return 1
     bad = [r for r in results if not r["built"] or r.get("missing")]
     log("\n%d environment(s) checked: %d built with nothing missing but the driver, %d with problems"
         % (len(results), len(results) - len(bad), len(bad)))

@@ -17,8 +17,10 @@ payload size, ... and at byte 28 a uint32 architecture (70 = sm_70 / compute_70)
 cuobjdump 13.5 on mxnet-cu112 1.9.1's libmxnet.so (same counts per architecture; see
 tests/test_preflight.py for the parser on a hand-made fat binary).
 """
+import argparse
 import json
 import mmap
+import os
 import struct
 import sys
 from collections import Counter
@@ -84,18 +86,46 @@ def describe(info):
     return "SASS: %s | PTX: %s | %d entries" % (sass, ptx, info["entries"])
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """Bad input gets one line, ``fatbin_archs.py: error: ...``, and exit status 2 (runner/validate.py's, inline:
+    this tool is standard library only and runs on its own)."""
+
+    def error(self, message):
+        self.exit(2, "%s: error: %s\n" % (self.prog, message))
+
+
+def path_error(path):
+    """Why ``path`` cannot be read as a library, or None: a regular file that opens."""
+    if not path.strip():
+        return "%r is empty: an empty path names no library" % path
+    if not os.path.exists(path):
+        return "%s: no such file" % path
+    if not os.path.isfile(path):
+        return "%s is not a regular file (a directory or a device); name a shared library" % path
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as e:
+        return "%s cannot be read: %s" % (path, e.strerror or e)
+    return None
+
+
 def main(argv):
-    as_json = "--json" in argv
-    paths = [a for a in argv if a != "--json"]
-    if not paths:
-        print("usage: fatbin_archs.py [--json] LIBRARY [...]", file=sys.stderr)
-        return 2
-    out = {p: archs(p) for p in paths}
-    if as_json:
+    p = OneLineParser(prog="fatbin_archs.py", description=__doc__.splitlines()[0])
+    p.add_argument("--json", action="store_true", help="print JSON: {path: {sass, ptx, entries}}")
+    p.add_argument("paths", nargs="*", metavar="LIBRARY", help="shared libraries (regular files) to read")
+    args = p.parse_args(argv)       # an unknown option is named before a missing LIBRARY
+    if not args.paths:
+        p.error("no LIBRARY given: usage: fatbin_archs.py [--json] LIBRARY [...]")
+    problem = next((e for e in map(path_error, args.paths) if e), None)
+    if problem:
+        p.error(problem)
+    out = {path: archs(path) for path in args.paths}
+    if args.json:
         print(json.dumps(out, indent=1))
     else:
-        for p, info in out.items():
-            print("%s | %s" % (p, describe(info)))
+        for path, info in out.items():
+            print("%s | %s" % (path, describe(info)))
     return 0
 
 

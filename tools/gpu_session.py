@@ -89,6 +89,9 @@ DEFAULT_ROWS = ("pytorch:fp32,pytorch:tf32,pytorch:bf16,jax:fp32,jax+bidir2:fp32
 SKIP = "export,onnx,forward"
 #: seconds of the deadline kept for the end: a killed row's grace, the last append, the clocks after the rows
 RESERVE_S = 20
+#: the shortest --deadline-s: the reserve and 10 s for the first step (the versions, then a row given a short
+#: --estimate); a deadline within the reserve would start nothing and still write the session's files
+MIN_DEADLINE_S = RESERVE_S + 10
 #: seconds between SIGTERM and SIGKILL for a row past the deadline (run_all.py stops its kernel in seconds)
 GRACE_S = 10
 #: the estimate of a row: MARGIN x the run's wall seconds (run.wall_s of a committed record: papermill's run of
@@ -656,13 +659,49 @@ def estimate_override(text: str) -> Tuple[Tuple[str, str], int]:
     return pair, validate.seconds(seconds)
 
 
+def deadline_seconds(text: str) -> int:
+    """--deadline-s: seconds (runner/validate.py), at least :data:`MIN_DEADLINE_S`."""
+    value = validate.seconds(text)
+    if value < MIN_DEADLINE_S:
+        raise argparse.ArgumentTypeError("must be at least %d seconds (%d kept for the end, %d for the first step), "
+                                         "got %r" % (MIN_DEADLINE_S, RESERVE_S, MIN_DEADLINE_S - RESERVE_S, text))
+    return value
+
+
+def python_error(python: str) -> Optional[str]:
+    """Why ``--python`` cannot run the rows, or None: an executable that runs as a Python 3."""
+    found = os.path.abspath(python) if os.path.isfile(python) else shutil.which(python)
+    if not found or not os.access(found, os.X_OK):
+        return "--python %s: no such executable" % python
+    try:
+        proc = subprocess.run([found, "-c", "import sys; print(sys.version_info[0])"], stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, universal_newlines=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as e:
+        return "--python %s does not run: %s" % (python, e)
+    if proc.returncode != 0 or proc.stdout.strip() != "3":
+        return "--python %s does not run as a Python 3 (exit %s)" % (python, proc.returncode)
+    return None
+
+
+def scratch_error(scratch: str) -> Optional[str]:
+    """Why ``--scratch`` cannot hold the rows' results directories, or None: a writable folder outside the
+    checkout (links resolved: a link to the repository is the repository)."""
+    real, root = os.path.realpath(scratch), os.path.realpath(ROOT)
+    if real == root or real.startswith(root + os.sep):
+        return ("--scratch %s is %s, %s the checkout %s: the rows' results directories would land among its "
+                "files; name a folder outside it (default: a temporary folder)"
+                % (scratch, real, "the root of" if real == root else "inside", root))
+    return validate.results_dir_error("--scratch", scratch)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = validate.OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, type=validate.non_empty("directory"),
                    help="the folder that comes back ($OUT): empty or new; the session writes %d files there"
                         % len(OUT_FILES))
-    p.add_argument("--deadline-s", type=validate.seconds, default=560, metavar="S",
-                   help="seconds from the start by which the session has ended (default 560, inside a 600-s call)")
+    p.add_argument("--deadline-s", type=deadline_seconds, default=560, metavar="S",
+                   help="seconds from the start by which the session has ended, at least %d (default 560, inside "
+                        "a 600-s call)" % MIN_DEADLINE_S)
     p.add_argument("--rows", type=rows_list, default=None, metavar="ROW:PRECISION[,...]",
                    help="the rows in order (default: %s; those without a committed record on this card "
                         "first, a JAX row's counting once it read the card's autotuning results)" % DEFAULT_ROWS)
@@ -673,12 +712,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=validate.positive_int, default=None, metavar="N",
                    help="default: the preset's (quick: 32)")
     p.add_argument("--python", type=validate.non_empty("interpreter"), default=sys.executable, metavar="PATH",
-                   help="the interpreter whose frameworks run the rows and the latency benchmark (default: this one)")
+                   help="the interpreter whose frameworks run the rows and the latency benchmark (default: this "
+                        "one); it must run as a Python 3")
     p.add_argument("--wheelhouse", type=validate.non_empty("directory"), default=None, metavar="DIR",
                    help="wheels of what --python lacks to run the runner (papermill, ...): the rows then go through "
                         "tools/installed_offline.sh DIR PYTHON")
     p.add_argument("--scratch", type=validate.non_empty("directory"), default=None, metavar="DIR",
-                   help="where the rows' results directories go (default: a temporary folder, removed at the end)")
+                   help="where the rows' results directories go, outside the checkout (default: a temporary folder, "
+                        "removed at the end)")
     p.add_argument("--no-autotune-dump", action="store_true",
                    help="no row writes XLA's autotuning results (so the JAX rows compile on every core): a call after "
                         "one whose results were imported into results/autotune, to time the warm-up they give")
@@ -691,7 +732,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def errors_of(args) -> List[str]:
-    errors = []
+    """Every refusal of the options, the interpreter first (the first is the one line printed); nothing is
+    started or written."""
+    errors = [python_error(args.python)]
     out = os.path.abspath(args.out)
     problem = validate.results_dir_error("--out", args.out)
     if problem:
@@ -701,8 +744,6 @@ def errors_of(args) -> List[str]:
         errors.append("--out %s holds %d entr%s already: the session writes its %d files into an empty or new "
                       "folder (what comes back is at most %d files)" % (out, n, "y" if n == 1 else "ies",
                                                                         len(OUT_FILES), MAX_OUT_FILES))
-    if not (os.path.isfile(args.python) and os.access(args.python, os.X_OK)) and not shutil.which(args.python):
-        errors.append("--python %s: no such executable" % args.python)
     if args.wheelhouse and not os.path.isdir(args.wheelhouse):
         errors.append("--wheelhouse %s: no such directory" % args.wheelhouse)
     if not args.wheelhouse:
@@ -725,9 +766,9 @@ def errors_of(args) -> List[str]:
     if unused:
         errors.append("--estimate %s names a row the session does not run; its rows: %s"
                       % (unused[0], ",".join(dict.fromkeys(rows))))
-    if args.scratch and validate.results_dir_error("--scratch", args.scratch):
-        errors.append(validate.results_dir_error("--scratch", args.scratch))
-    return errors
+    if args.scratch:
+        errors.append(scratch_error(args.scratch))
+    return [e for e in errors if e]
 
 
 def main(argv=None) -> int:

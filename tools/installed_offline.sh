@@ -17,18 +17,51 @@
 # replaced), then runs `run_all.py --use-installed ENV=.venvs/installed/bin/python` for each framework it finds
 # there (torch: pytorch, jax: jax, tensorflow: tensorflow), with the runner in the same interpreter
 # (DS2_RUNNER=current).  Without the venv module it installs into .venvs/installed-site (PYTHONPATH) instead.
+# Bad input is refused in one line (exit status 2) before .venvs/installed is made: WHEELHOUSE, PYTHON (a Python 3.8+
+# with torch, jax or tensorflow) and run_all.py's options (its parser and checks, run by PYTHON).
 set -euo pipefail
 die() { echo "installed_offline.sh: error: $*" >&2; exit 2; }     # bad input: one line, exit status 2
 [ $# -ge 2 ] || die "usage: tools/installed_offline.sh WHEELHOUSE PYTHON [run_all.py options]"
 [ -n "$1" ] || die "WHEELHOUSE '' is empty: an empty path is not 'here'; name the wheel directory"
 [ -d "$1" ] || die "WHEELHOUSE $1: no such directory"
 [ -n "$2" ] || die "PYTHON '' is empty; name the interpreter whose frameworks are installed"
+[ ! -d "$2" ] || die "PYTHON $2 is a directory; name the interpreter whose frameworks are installed"
 [ -x "$2" ] || command -v "$2" >/dev/null || die "PYTHON $2: no such executable"
 wheelhouse=$(cd "$1" && pwd)
 python=$2
+case $python in */*) python=$(cd "$(dirname "$python")" && pwd)/$(basename "$python") ;; esac   # before the cd
 shift 2
 cd "$(dirname "$0")/.."
-"$python" -c 'import sys; sys.exit(sys.version_info < (3, 8))' || { echo "$python: Python 3.8 or newer needed" >&2; exit 2; }
+"$python" -c 'import sys; sys.exit(sys.version_info < (3, 8))' 2>/dev/null \
+    || die "PYTHON $python does not run as a Python 3.8 or newer"
+
+# run_all.py's options, checked before anything is made: its parser and its checks (runner/cli_options.py,
+# runner/cli_checks.py: standard library only, so PYTHON runs them as it is), with the variables this script sets
+status=0
+env -u DS2_USE_INSTALLED DS2_RUNNER=current "$python" - "$@" <<'EOF' || status=$?
+import sys
+try:
+    from runner import cli_checks
+    from runner.cli_options import build_parser
+    from runner.run.targets import ALL_TARGETS, variants_of
+except Exception as e:      # not bad input: this interpreter cannot read the runner
+    sys.exit("installed_offline.sh: error: PYTHON cannot import the runner to check run_all.py's options: %s" % e)
+p = build_parser()
+p.error = lambda message: p.exit(2, "installed_offline.sh: error: run_all.py %s\n" % message)
+try:
+    args = p.parse_args(sys.argv[1:])
+except SystemExit as e:
+    sys.exit(10 if not e.code else 2)       # 10: --help printed, nothing to run
+targets = [ALL_TARGETS[name] for name in args.frameworks]
+if args.variants:
+    targets += [v for t in list(targets) for v in variants_of(t.name) if v not in targets]
+errors = cli_checks.run_all_errors(args, targets)
+if errors:
+    p.error(errors[0].replace("\n", " "))
+EOF
+case $status in 0) ;; 10) exit 0 ;; *) exit 2 ;; esac
+"$python" -c 'import importlib.util, sys; sys.exit(not any(importlib.util.find_spec(m) for m in ("torch", "jax", "tensorflow")))' \
+    || die "PYTHON $python has none of torch, jax, tensorflow"
 
 venv=.venvs/installed
 if "$python" -m venv --system-site-packages "$venv" >/dev/null 2>&1 && [ -x "$venv/bin/python" ]; then

@@ -142,11 +142,30 @@ def long_functions(limit: int = 80) -> List[str]:
     return ["%s (%d lines)" % (f, n) for n, f, why in functions(modules()) if n > limit and not why]
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """Bad input gets one line, ``PROG: error: ...``, and exit status 2 (runner/validate.py's, inline: this tool
+    imports nothing from runner)."""
+
+    def error(self, message):
+        self.exit(2, "%s: error: %s\n" % (self.prog, message))
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be a positive integer (a number of lines), got %r" % text)
+    return value
+
+
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python tools/runner_structure.py", description=__doc__.split("\n\n")[0])
-    p.add_argument("--long", type=int, metavar="N", help="list only the functions over N lines with no comment why")
+    p = OneLineParser(prog="python tools/runner_structure.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--long", type=positive_int, metavar="N",
+                   help="list only the functions over N lines (N >= 1) with no comment why")
     args = p.parse_args(argv)
-    if args.long:
+    if args.long is not None:
         bad = long_functions(args.long)
         print("\n".join(bad) if bad else "no function over %d lines without a comment saying why" % args.long)
         return 1 if bad else 0
