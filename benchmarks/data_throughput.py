@@ -8,7 +8,6 @@ faster than its peak arithmetic allows: DS2 training costs ~14.5 GFLOP per secon
 ~68,000 s of audio per second.  This script measures the iterator against that bound and, when
 result records from GPU runs exist in results/records, against the fastest one measured.
 """
-import argparse
 import glob
 import json
 import os
@@ -22,6 +21,7 @@ import numpy as np  # noqa: E402
 
 from common.data import DeepMarkIterator  # noqa: E402
 from common.spec import FULL_MODEL  # noqa: E402
+from runner.validate import OneLineParser, positive_int  # noqa: E402  (standard library only)
 
 HOPPER_BF16_DENSE_FLOPS = 989e12
 
@@ -50,12 +50,12 @@ def fastest_gpu_record():
     return best
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--scale", type=int, default=1280)
-    p.add_argument("--repeats", type=int, default=3)
-    args = p.parse_args()
+def main(argv=None):
+    p = OneLineParser(prog="data_throughput.py", description=__doc__.splitlines()[0])
+    p.add_argument("--batch-size", type=positive_int, default=32, metavar="N", help="at least 1 (default 32)")
+    p.add_argument("--scale", type=positive_int, default=1280, metavar="N", help="at least 1 (default 1280)")
+    p.add_argument("--repeats", type=positive_int, default=3, metavar="N", help="at least 1 (default 3)")
+    args = p.parse_args(argv)
 
     start = time.perf_counter()
     DeepMarkIterator(args.batch_size, args.scale, seed=0)

@@ -66,6 +66,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from common import xla_autotune  # noqa: E402  (no framework import)
 from common.compile_cache import LOOP_GRAPHS_FLAG  # noqa: E402
+from runner import validate  # noqa: E402  (standard library only)
 
 NOTEBOOK = os.path.join(ROOT, "notebooks", "JAX_Flax_DS2.ipynb")
 #: XLA's per-fusion autotuning cache: a folder of one file per fusion, each written whole (a temporary file renamed)
@@ -206,14 +207,42 @@ def measure(preset, precision, lengths, threads, first, steps, variant=""):
             "threads": threads or os.cpu_count(), "step_ms_median": step_ms}
 
 
+def out_error(arg: str):
+    """Why --out cannot take the results, or None: a file (not a directory) in a folder that exists and takes
+    files; one that exists is replaced only when it holds this benchmark's results (or nothing)."""
+    path = os.path.abspath(arg)
+    folder = os.path.dirname(path)
+    if os.path.isdir(path):
+        return "--out %s is a directory; name a JSON file" % path
+    if not os.path.isdir(folder):
+        return "--out %s: its folder %s does not exist" % (path, folder)
+    why = validate.unwritable_dir(folder)
+    if why:
+        return "--out %s: its folder %s %s" % (path, folder, why)
+    if os.path.lexists(path):
+        if os.path.islink(path) or not os.path.isfile(path):
+            return "--out %s exists and is not a regular file; name a new file" % path
+        try:
+            with open(path) as f:
+                text = f.read()
+            ours = not text.strip() or json.loads(text).get("benchmark") == "jax_compile"
+        except (OSError, ValueError, AttributeError):
+            ours = False
+        if not ours:
+            return "--out %s exists and is not this benchmark's results: it is kept; name a new file" % path
+    return None
+
+
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="jax_compile.py", description=__doc__.splitlines()[0])
+    p = validate.OneLineParser(prog="jax_compile.py", description=__doc__.splitlines()[0])
     p.add_argument("--preset", default="quick", help="the batches' preset (default quick; smoke for a CPU check)")
     p.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "bf16"])
     p.add_argument("--lengths", default="1,8,15", help="utterance lengths in seconds, one program each (default 1,8,15)")
     p.add_argument("--settings", default=",".join(SETTINGS), help="default: %s" % ",".join(SETTINGS))
-    p.add_argument("--steps", type=int, default=3, help="timed steps per shape after compiling (default 3)")
-    p.add_argument("--out", default=None, help="a JSON file for the results")
+    p.add_argument("--steps", type=validate.positive_int, default=3,
+                   help="timed steps per shape after compiling, at least 1 (default 3)")
+    p.add_argument("--out", type=validate.non_empty("file"), default=None,
+                   help="a JSON file for the results: new, or this benchmark's, in a folder that exists")
     p.add_argument("--autotune-results", default=None, metavar="FILE",
                    help="a card's autotuning results (results/autotune/jax-<jaxlib>/<card>.textproto), read first by "
                         "every setting but %s: their compile then costs what a run with the project's results "
@@ -229,6 +258,8 @@ def main(argv=None):
     unknown = [s for s in args.settings.split(",") if s not in SETTINGS]
     if unknown:
         p.error("--settings: unknown %s; choose from %s" % (", ".join(unknown), ", ".join(SETTINGS)))
+    if args.out is not None and out_error(args.out):
+        p.error(out_error(args.out))
     if args.autotune_results is not None:
         if not os.path.isfile(args.autotune_results):
             p.error("--autotune-results: no file %s" % args.autotune_results)

@@ -22,6 +22,24 @@ import sys
 import time
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """Bad input gets one line, ``PROG: error: ...``, and exit status 2 (runner/validate.py's, inline: this script
+    runs in a framework's environment on its own, without the repository on its path)."""
+
+    def error(self, message):
+        self.exit(2, "%s: error: %s\n" % (self.prog, message))
+
+
+def positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be a positive integer, got %r" % text)
+    return value
+
+
 def time_layer(k, hidden, steps, batch, repeats, layers=1):
     import jax
     import jax.numpy as jnp
@@ -62,14 +80,15 @@ def time_layer(k, hidden, steps, batch, repeats, layers=1):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = OneLineParser(prog="jax_unroll.py", description=__doc__.splitlines()[0])
     ap.add_argument("--unroll", default="1,2,4,8,16,32", help="comma-separated k (default 1,2,4,8,16,32)")
-    ap.add_argument("--hidden", type=int, default=1760)
-    ap.add_argument("--steps", type=int, default=200, help="time steps (default 200: the 8-s batch)")
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--layers", type=int, default=1, help="bidirectional layers stacked (default 1; the model has 7)")
-    ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--hidden", type=positive_int, default=1760)
+    ap.add_argument("--steps", type=positive_int, default=200, help="time steps (default 200: the 8-s batch)")
+    ap.add_argument("--batch", type=positive_int, default=8)
+    ap.add_argument("--repeats", type=positive_int, default=5)
+    ap.add_argument("--layers", type=positive_int, default=1,
+                    help="bidirectional layers stacked (default 1; the model has 7)")
+    ap.add_argument("--child", type=positive_int, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         return time_layer(args.child, args.hidden, args.steps, args.batch, args.repeats, args.layers)

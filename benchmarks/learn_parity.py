@@ -22,24 +22,50 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from common.spec import LEARN_PRESETS  # noqa: E402
+from runner import validate  # noqa: E402  (standard library only)
 from runner.run.targets import TARGETS  # noqa: E402
 
 
+def seed_list(text: str):
+    """--seeds: comma-separated seeds (runner/validate.py's range), each once, at least two (the spread)."""
+    items = [t.strip() for t in text.split(",")]
+    if "" in items:
+        raise argparse.ArgumentTypeError("%r has an empty item; expected seeds such as 0,1,2" % text)
+    seeds = [validate.seed(t) for t in items]
+    twice = validate.first_repeated(seeds)
+    if twice is not None:
+        raise argparse.ArgumentTypeError("%r names seed %d twice; name each once" % (text, twice))
+    if len(seeds) < 2:
+        raise argparse.ArgumentTypeError("%r: the spread needs at least 2 seeds" % text)
+    return seeds
+
+
+def row_list(text: str):
+    """--rows: comma-separated rows of record other than pytorch, each once; '' for none."""
+    if not text.strip():
+        return []
+    others = [t for t in TARGETS if t != "pytorch"]
+    return validate.comma_list(others, "row")(text)
+
+
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = validate.OneLineParser(prog="learn_parity.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--preset", default="learn", choices=sorted(LEARN_PRESETS))
-    p.add_argument("--seeds", default="0,1,2", help="PyTorch's seeds, comma-separated (default 0,1,2)")
-    p.add_argument("--rows", default=",".join(t for t in TARGETS if t != "pytorch"),
-                   help="the other rows, seed 0 each (default: every other row of record); '' for none")
-    p.add_argument("--parallel", type=int, default=2, help="run_all.py processes at once (default 2)")
-    p.add_argument("--results-dir", default=os.path.join(ROOT, "results", "learn_parity"))
-    p.add_argument("--timeout", type=int, default=3600, help="seconds a notebook cell may run")
+    p.add_argument("--seeds", type=seed_list, default="0,1,2",
+                   help="PyTorch's seeds, comma-separated, each once, at least 2 (default 0,1,2)")
+    p.add_argument("--rows", type=row_list, default=",".join(t for t in TARGETS if t != "pytorch"),
+                   help="the other rows, seed 0 each, each once (default: every other row of record); '' for none")
+    p.add_argument("--parallel", type=validate.positive_int, default=2,
+                   help="run_all.py processes at once, at least 1 (default 2)")
+    p.add_argument("--results-dir", type=validate.non_empty("directory"),
+                   default=os.path.join(ROOT, "results", "learn_parity"))
+    p.add_argument("--timeout", type=validate.seconds, default=3600,
+                   help="seconds a notebook cell may run, 1 to %d (default 3600)" % validate.MAX_TIMEOUT_S)
     args = p.parse_args(argv)
-    seeds = [int(s) for s in args.seeds.split(",") if s != ""]
-    rows = [r for r in args.rows.split(",") if r]
-    unknown = [r for r in rows if r not in TARGETS]
-    if unknown or len(seeds) < 2:
-        p.error("unknown rows: %s" % ", ".join(unknown) if unknown else "the spread needs at least 2 seeds")
+    problem = validate.results_dir_error("--results-dir", args.results_dir)
+    if problem:
+        p.error(problem)
+    seeds, rows = args.seeds, args.rows
     jobs = [("pytorch", s) for s in seeds] + [(r, 0) for r in rows]
     os.makedirs(args.results_dir, exist_ok=True)
     logs = os.path.join(args.results_dir, "logs")

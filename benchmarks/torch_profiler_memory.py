@@ -22,6 +22,24 @@ import sys
 import time
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """Bad input gets one line, ``PROG: error: ...``, and exit status 2 (runner/validate.py's, inline: this script
+    runs in a framework's environment on its own, without the repository on its path)."""
+
+    def error(self, message):
+        self.exit(2, "%s: error: %s\n" % (self.prog, message))
+
+
+def positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be a positive integer, got %r" % text)
+    return value
+
+
 def step_once(mode, hidden, steps):
     import torch
     torch.manual_seed(0)
@@ -51,9 +69,9 @@ def step_once(mode, hidden, steps):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--hidden", type=int, default=1760)
-    ap.add_argument("--steps", type=int, default=200)
+    ap = OneLineParser(prog="torch_profiler_memory.py", description=__doc__.splitlines()[0])
+    ap.add_argument("--hidden", type=positive_int, default=1760)
+    ap.add_argument("--steps", type=positive_int, default=200)
     ap.add_argument("--child", choices=["plain", "profiled"], help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
