@@ -13,8 +13,14 @@ import sys
 
 from runner.envs.bootstrap import reexec_in_runner
 
+def parse(args):
+    """The options alone (standard library): the bootstrap asks before it makes the runner's environment."""
+    from runner.cli_options import build_parser
+    build_parser().parse_args(args)
+
+
 if __name__ == "__main__":
-    reexec_in_runner(sys.argv)
+    reexec_in_runner(sys.argv, parse)
     from runner import interrupt
     from runner.cli import main
     status = main(sys.argv[1:])

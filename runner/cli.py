@@ -389,6 +389,10 @@ def migrate_matrix(plan: Plan) -> int:
     args, targets, destinations, presets = plan.args, plan.targets, plan.destinations, plan.presets
     device, results_dir, output, gpus = plan.device, plan.results_dir, plan.output, plan.gpus
     from runner import migrate
+    problem = migrate.nothing_to_migrate(targets, [plan.run_options(prec, p) for prec in args.precision
+                                                   for p in presets])
+    if problem:                            # a misspelt --results-dir, or the rows never ran: one line, nothing made
+        return error(problem)
     print("Migrating %d framework(s) into %s on %s, preset %s (batch size %s), from the exports in %s"
           % (len(targets), "each other" if destinations == targets else ", ".join(t.name for t in destinations),
              device, presets[0].name, ",".join(str(p.batch_size) for p in presets),

@@ -17,7 +17,7 @@ from runner.envs import cntk_python, framework_envs, gpu_preflight, wheelhouse
 from runner.envs import use_installed as installed_mod
 from runner.envs.definitions import ENVS
 from runner.validate import (environment_errors, notebook_parameter_names, output_default, output_error,
-                             repeated_error, results_dir_error)
+                             output_in_results_error, repeated_error, results_dir_error)
 
 #: --workers on one machine: at most this many processes per usable core.  A data-parallel worker waits in its
 #: collectives (the gradient all-reduce of every step) for part of each step, so two share a core without
@@ -199,6 +199,8 @@ def run_all_errors(args, targets) -> List[str]:
         errors.append(results_dir_error("--results-dir", args.results_dir))
         output = args.output or output_default(os.path.abspath(args.results_dir))
         errors.append(output_error("--output", output, args.output))
+        if args.output:
+            errors.append(output_in_results_error("--output", output, os.path.abspath(args.results_dir)))
     errors.append(workers_error(args.workers, args.oversubscribe, hosts=bool(args.hosts)))
     if args.oversubscribe and (args.workers < 2 or args.hosts):
         errors.append("--oversubscribe lets --workers W exceed %d per core of this machine: it goes with --workers 2 "
@@ -224,6 +226,7 @@ def run_all_errors(args, targets) -> List[str]:
     except ValueError as e:
         args.ssh_options = []
         errors.append("--ssh %r: %s" % (args.ssh, e))
+    errors.append(together_error(args))
     errors.append(repeated_error("--python", args.python))
     errors.append(repeated_error("--use-installed", args.use_installed))
     errors.append(repeated_error("--gpu-build", [item for forced in args.gpu_build for item in forced.items()]))
@@ -253,12 +256,35 @@ def run_all_errors(args, targets) -> List[str]:
                       "add it")
     if args.prepare_wheelhouse:
         errors.append(results_dir_error("--prepare-wheelhouse", args.prepare_wheelhouse))
+    named = "--wheelhouse" if args.wheelhouse else "DS2_WHEELHOUSE="
     args.wheelhouse = args.wheelhouse or os.environ.get("DS2_WHEELHOUSE") or None
     if args.wheelhouse and not args.prepare_wheelhouse:
         args.wheelhouse = os.path.abspath(args.wheelhouse)
         if not os.path.isdir(args.wheelhouse):
-            errors.append("--wheelhouse %s: no such directory" % args.wheelhouse)
+            errors.append("%s%s: no such directory" % (named if named.endswith("=") else named + " ",
+                                                       args.wheelhouse))
     return [e for e in errors if e]
+
+
+#: run_all.py's modes other than running the rows: each does one thing, so two are refused rather than one dropped
+MODES = ("--list", "--check", "--setup-only", "--migrate", "--prepare-wheelhouse", "--print-host-commands")
+
+
+def together_error(args) -> Optional[str]:
+    """Two modes at once (:data:`MODES`), an option that only a run reads given to a mode that runs nothing (its
+    value would go unchecked and unused), or two options that say one thing two ways; else None."""
+    given = [m for m in MODES if getattr(args, m[2:].replace("-", "_"))]
+    if len(given) > 1:
+        return "%s and %s are two modes of run_all.py, each run on its own; give one" % (given[0], given[1])
+    if given and given[0] in ("--list", "--check", "--setup-only", "--prepare-wheelhouse") and args.init_weights:
+        return "--init-weights is the weights a run starts from; %s runs no notebook: drop it" % given[0]
+    if args.prepare_wheelhouse and args.wheelhouse:
+        return ("--prepare-wheelhouse %s fills a wheelhouse from the registry; --wheelhouse %s installs from one: "
+                "give one" % (args.prepare_wheelhouse, args.wheelhouse))
+    if args.cntk_python and "cntk" in dict(args.python):
+        return ("--cntk-python %s and --python cntk=%s both name CNTK's interpreter; give one"
+                % (args.cntk_python, dict(args.python)["cntk"]))
+    return None
 
 
 def nothing_runs(runs, can_run) -> Optional[str]:
@@ -338,18 +364,19 @@ def resolve_installed(args):
         from_env = installed_mod.parse_assignments(os.environ.get("DS2_USE_INSTALLED", ""))
     except ValueError as e:
         return {}, ["DS2_USE_INSTALLED: %s" % e]
+    source = {}                             # env -> what named it, as the error lines say it
     for name, path in from_env:
         if name not in ENVS:
             errors.append("DS2_USE_INSTALLED: unknown environment %r; choose from: %s" % (name, ", ".join(ENVS)))
-        out[name] = path
+        out[name], source[name] = path, "DS2_USE_INSTALLED"
     for name, path in args.use_installed:
-        out[name] = path
+        out[name], source[name] = path, "--use-installed"
     for name, path in out.items():
         if name in dict(args.python):
-            errors.append("--use-installed %s and --python %s: one runs the interpreter as it is, the other builds an "
-                          "environment from it; give one" % (name, name))
+            errors.append("%s %s and --python %s: one runs the interpreter as it is, the other builds an "
+                          "environment from it; give one" % (source[name], name, name))
         elif not (os.path.isfile(path) and os.access(path, os.X_OK)):
-            errors.append("--use-installed %s=%s: no such executable" % (name, path))
+            errors.append("%s %s=%s: no such executable" % (source[name], name, path))
     return {k: os.path.abspath(v) for k, v in out.items()}, errors
 
 

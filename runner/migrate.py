@@ -399,6 +399,22 @@ def _evaluate(rec, src, source, destination, opts, paths, finish) -> dict:
 
 
 # ---- the matrix ----------------------------------------------------------------------------------------
+def nothing_to_migrate(sources: List[Target], runs: List["execute.RunOptions"]) -> Optional[str]:
+    """Why ``--migrate`` has nothing to do, before anything is made: no selected source has an export for any of
+    ``runs`` (precision and batch size) in the results directory; else None.  A source that has none while
+    another has is a failed pair of the matrix, as before."""
+    first = None
+    for opts in runs:
+        for source in sources:
+            try:
+                find_export(source, opts)
+                return None
+            except MigrateError as e:
+                first = first or str(e)
+    return "--migrate: no selected source has an export in %s (%s)" % (
+        os.path.join(runs[0].results_dir, "records"), first) if first else None
+
+
 def run_matrix(targets: List[Target], opts: "execute.RunOptions", announce=print,
                kernel_for: Callable = kernel_for, destinations: Optional[List[Target]] = None) -> List[dict]:
     """Every source of ``targets`` x every destination of ``destinations`` (default: ``targets``), destination

@@ -5,12 +5,15 @@ run_all.py (runner/cli.py), ``python -m runner.report``, ``python -m runner.rose
 ``PROG: error: ...``, that names the option (or variable), its value and what is accepted; the exit status is 2.
 
 - **Values**: no empty strings (an empty path is not "here"); comma lists without empty items or duplicates;
-  an option that names an environment once at most; integers in range.
+  an option that names an environment once at most; integers in range; an option of one value given once and
+  spelt in full (:class:`OneLineParser`).
 - **Paths** (:func:`results_dir_error`, :func:`output_error`): writable; never the repository root; a folder
   of the project's tracked files only when the argument names it (``--results-dir results``, the default,
   names the project's results folder; ``""``, ``.`` or ``..`` name whatever the current directory is); an
   ``--output`` that exists is a regular file holding a results page (its first line :data:`REPORT_TITLE`) or
-  nothing, so no other file is overwritten.
+  nothing, so no other file is overwritten; no results directory in ``.git`` or ``.venvs`` or that is the
+  checkout through a link; no ``--output`` that names a directory (a trailing ``/``) or lies in a folder the
+  runner fills (:data:`RESULTS_FOLDERS`).
 - **Bounds**: :data:`MAX_TIMEOUT_S` and :data:`MAX_SEED`; those that need the machine or the selected rows
   (workers per core, memory, the hostfile, --skip) are runner/cli_checks.py.
 - **The environment variables** the docs name (:data:`ENV_VARS`): set means non-empty.
@@ -27,6 +30,8 @@ from typing import Iterable, List, Optional, Sequence
 from runner.base import ROOT
 
 RESULTS_DIR = os.path.join(ROOT, "results")
+#: the folders run_all.py fills in a results directory (records read back by every later run and report)
+RESULTS_FOLDERS = ("records", "notebooks", "logs", "weights", "plots", "migration", "latency", "autotune", ".staging")
 #: the first line of every results page runner/report/render.py writes: an --output that exists must start with it
 REPORT_TITLE = "# DS2 Rosetta results"
 
@@ -48,10 +53,40 @@ ENV_VARS = {
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """Bad input gets one clear line and exit status 2 (not a usage dump)."""
+    """Bad input gets one clear line and exit status 2 (not a usage dump).  An option is spelt in full (no
+    abbreviation: ``--frame`` is not ``--frameworks``), and one that holds a single value is given once: argparse
+    would keep the last silently (``--skip export,onnx --skip forward`` would drop the first)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def parse_known_args(self, args=None, namespace=None):
+        twice = given_twice(self, sys.argv[1:] if args is None else list(args))
+        if twice:
+            self.error("argument %s: given twice; give it once%s" % (
+                twice, "" if twice == "--help" else " (an option's last value would silently replace the first)"))
+        return super().parse_known_args(args, namespace)
 
     def error(self, message):
         self.exit(2, "%s: error: %s\n" % (self.prog, message))
+
+
+def given_twice(parser: argparse.ArgumentParser, argv: Sequence[str]) -> Optional[str]:
+    """The first option of ``argv`` that ``parser`` keeps one value of (not ``append`` or ``count``) and that is
+    given twice, under any of its spellings (``--x V``, ``--x=V``), or None.  Tokens after ``--`` are values."""
+    seen = {}
+    for token in argv:
+        if token == "--":
+            break
+        name = token.split("=", 1)[0] if token.startswith("--") else token if token.startswith("-") else None
+        action = parser._option_string_actions.get(name) if name else None      # noqa: SLF001 (argparse's own map)
+        if action is None or isinstance(action, (argparse._AppendAction, argparse._CountAction)):   # noqa: SLF001
+            continue
+        if action.dest in seen:
+            return name if name == seen[action.dest] else "%s (as %s)" % (name, seen[action.dest])
+        seen[action.dest] = name
+    return None
 
 
 def refuse(prog: str, message: str) -> int:
@@ -198,10 +233,20 @@ def results_dir_error(option: str, arg: str) -> Optional[str]:
     if not arg.strip():
         return "%s %r is empty: an empty path is not 'here'; name a directory (default: results/)" % (option, arg)
     path = os.path.abspath(arg)
-    if path in (ROOT, os.path.abspath(os.sep)):
-        return ("%s %r is the %s root (%s): records, notebooks, plots and logs would land among its files; name a "
-                "directory of their own (results/, the default, or results/experiments/NAME)"
-                % (option, arg, "repository" if path == ROOT else "filesystem", path))
+    real = os.path.realpath(arg)            # a link to the checkout is the checkout
+    for root in (ROOT, os.path.abspath(os.sep)):
+        if real == os.path.realpath(root):
+            return ("%s %r is the %s root (%s): records, notebooks, plots and logs would land among its files; name "
+                    "a directory of their own (results/, the default, or results/experiments/NAME)"
+                    % (option, arg, "repository" if root == ROOT else "filesystem", real))
+    envs = os.path.realpath(os.environ.get("DS2_ENVS_DIR") or os.path.join(ROOT, ".venvs"))
+    for tool_dir, what, below in ((os.path.join(ROOT, ".git"), "git's own directory", True),
+                                  (os.path.join(ROOT, ".venvs"), "the environments' directory", True),
+                                  (envs, "the environments' directory (DS2_ENVS_DIR)", False)):
+        tool_dir = os.path.realpath(tool_dir)
+        if real == tool_dir or (below and real.startswith(tool_dir + os.sep)):
+            return "%s %r is %s (%s); name a directory of its own (default: results/)" % (
+                option, arg, what if real == tool_dir else "in " + what, tool_dir)
     if not names_itself(arg) and holds_tracked_files(path):
         return ("%s %r is %s, which holds the project's tracked files, named only as %r (wherever the command "
                 "runs): name the directory itself (%s %s) if it is meant" % (option, arg, path, arg, option, path))
@@ -214,6 +259,8 @@ def output_error(option: str, path: str, arg: Optional[str] = None) -> Optional[
     an existing file is replaced only when it is a results page this project wrote, or empty."""
     if arg is not None and not arg.strip():
         return "%s %r is empty: an empty path names no file; name one (default: results.md)" % (option, arg)
+    if arg is not None and (arg.endswith(os.sep) or os.path.basename(arg) in (".", "..")):
+        return "%s %r names a directory, not a file; name the page's file (default: results.md)" % (option, arg)
     path = os.path.abspath(path)
     if os.path.isdir(path):
         return "%s %s is a directory" % (option, path)
@@ -231,6 +278,18 @@ def output_error(option: str, path: str, arg: Optional[str] = None) -> Optional[
         if first and first != REPORT_TITLE:
             return ("%s %s exists and is not a results page (its first line is not %r): it is kept; name a new "
                     "file or a results.md this project wrote" % (option, path, REPORT_TITLE))
+    return None
+
+
+def output_in_results_error(option: str, output: str, results_dir: str) -> Optional[str]:
+    """An ``--output`` in one of the folders the runner fills in ``results_dir`` (:data:`RESULTS_FOLDERS`:
+    records/, whose every *.json a later run reads as a record, and the others), or None."""
+    folder = os.path.realpath(os.path.dirname(os.path.abspath(output)))
+    for name in RESULTS_FOLDERS:
+        owned = os.path.realpath(os.path.join(results_dir, name))
+        if folder == owned or folder.startswith(owned + os.sep):
+            return ("%s %s is in the results directory's %s/, which the runner fills (and reads) itself; put the "
+                    "page beside it (default: %s)" % (option, output, name, output_default(results_dir)))
     return None
 
 
@@ -253,7 +312,9 @@ def report_error(results_dir_arg: str, output_arg: Optional[str]) -> Optional[st
     if not os.path.isdir(records) and not any(n.endswith(".json") for n in os.listdir(path)):
         return ("--results-dir %s holds no records (no records/ folder and no *.json): nothing to report; name the "
                 "directory run_all.py --results-dir wrote to" % path)
-    return output_error("--output", output_arg or output_default(path), output_arg)
+    output = output_arg or output_default(path)
+    return output_error("--output", output, output_arg) or (
+        output_in_results_error("--output", output, path) if output_arg else None)
 
 
 # ---- repeated options and environment variables ----------------------------------------------------------------

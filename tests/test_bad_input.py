@@ -24,6 +24,9 @@ from tests.conftest import ROOT
 
 PY = sys.executable
 RUN_ALL = [PY, os.path.join(ROOT, "run_all.py")]
+#: run_all.py started by an interpreter outside the runner's environment, as a user starts it: it parses its options
+#: before it makes (or enters) that environment
+BOOT = [os.path.realpath(PY), os.path.join(ROOT, "run_all.py")]
 REPORT = [PY, "-m", "runner.report"]
 ROSETTA = [PY, "-m", "runner.rosetta"]
 SIM = ["bash", os.path.join(ROOT, "tools", "simulate_hosts.sh")]
@@ -31,7 +34,7 @@ OFFLINE = ["bash", os.path.join(ROOT, "tools", "installed_offline.sh")]
 GPU_ENVS = [PY, os.path.join(ROOT, "tools", "check_gpu_envs.py")]
 SESSION = [PY, os.path.join(ROOT, "tools", "gpu_session.py")]
 IMPORT = [PY, os.path.join(ROOT, "tools", "import_session.py")]
-PROGS = {id(RUN_ALL): "run_all.py", id(REPORT): "python -m runner.report", id(ROSETTA): "python -m runner.rosetta",
+PROGS = {id(RUN_ALL): "run_all.py", id(BOOT): "run_all.py", id(REPORT): "python -m runner.report", id(ROSETTA): "python -m runner.rosetta",
          id(SIM): "simulate_hosts.sh", id(OFFLINE): "installed_offline.sh", id(GPU_ENVS): "tools/check_gpu_envs.py",
          id(SESSION): "gpu_session.py", id(IMPORT): "import_session.py"}
 MARKER = "DS2_BAD_INPUT_TAG"
@@ -170,6 +173,48 @@ CASES = [
     case("fp64-not-pytorch", RUN_ALL, ["--precision", "fp64", "--frameworks", "tensorflow"] + RES,
          ["--precision fp64", "pytorch only"]),
     case("unknown-option", RUN_ALL, ["--frameworkz", "pytorch"] + RES, ["unrecognized arguments: --frameworkz"]),
+    # ---- found by an audit of every option: refused now ------------------------------------------------------
+    case("bad-option-before-the-runner-environment-is-made", BOOT, ["--frameworks", "bogus"] + RES,
+         ["argument --frameworks", "'bogus'"], env={"DS2_ENVS_DIR": "{tmp}/newenvs"}),
+    case("results-dir-a-link-to-the-root", RUN_ALL, ["--frameworks", "pytorch", "--results-dir", "{tmp}/rootlink"]
+         + SAFE, ["--results-dir '{tmp}/rootlink'", "repository root"]),
+    case("results-dir-git", RUN_ALL, ["--frameworks", "pytorch", "--results-dir", ".git"] + SAFE,
+         ["--results-dir '.git'", "git's own directory"], cwd="root"),
+    case("results-dir-in-venvs", RUN_ALL, ["--frameworks", "pytorch", "--results-dir", ".venvs/r"] + SAFE,
+         ["--results-dir '.venvs/r'", "the environments' directory"], cwd="root"),
+    case("output-ends-in-a-slash", RUN_ALL, ["--frameworks", "pytorch", "--output", "{tmp}/page/"] + RES,
+         ["--output '{tmp}/page/'", "names a directory"]),
+    case("output-in-records", RUN_ALL, ["--frameworks", "pytorch", "--output", "{tmp}/res/records/page.md"] + RES,
+         ["--output", "records/", "fills (and reads) itself"]),
+    case("option-given-twice", RUN_ALL, ["--skip", "export,onnx", "--skip=forward"] + RES,
+         ["argument --skip", "given twice"]),
+    case("option-abbreviated", RUN_ALL, ["--frame", "pytorch"] + RES, ["unrecognized arguments: --frame"]),
+    case("two-modes", RUN_ALL, ["--list", "--check"], ["--list and --check", "give one"]),
+    case("init-weights-in-a-mode-that-runs-nothing", RUN_ALL, ["--setup-only", "--init-weights", "{tmp}/none.npz"],
+         ["--init-weights", "--setup-only runs no notebook"]),
+    case("prepare-wheelhouse-with-wheelhouse", RUN_ALL, ["--prepare-wheelhouse", "{tmp}/wh", "--wheelhouse", "{tmp}"]
+         + RES, ["--prepare-wheelhouse", "--wheelhouse", "give one"]),
+    case("cntk-python-twice-over", RUN_ALL, ["--list", "--cntk-python", PY, "--python", "cntk=%s" % PY],
+         ["--cntk-python", "--python cntk=", "give one"]),
+    case("gpu-build-names-an-environment-twice", RUN_ALL, ["--list", "--gpu-build", "pytorch=cu126,pytorch=cu128"],
+         ["argument --gpu-build", "pytorch is named twice"]),
+    case("gpu-build-trailing-comma", RUN_ALL, ["--list", "--gpu-build", "pytorch=cu126,"],
+         ["argument --gpu-build", "empty item"]),
+    case("gpu-build-variable-empty-item", RUN_ALL, ["--list"], ["DS2_GPU_BUILD", "empty item"],
+         env={"DS2_GPU_BUILD": ","}),
+    case("use-installed-variable-twice", RUN_ALL, ["--list"], ["DS2_USE_INSTALLED", "pytorch is named twice"],
+         env={"DS2_USE_INSTALLED": "pytorch=%s,pytorch=%s" % (PY, PY)}),
+    case("use-installed-variable-missing-python", RUN_ALL, ["--list"],
+         ["DS2_USE_INSTALLED pytorch={tmp}/none", "no such executable"], env={"DS2_USE_INSTALLED": "pytorch={tmp}/none"}),
+    case("wheelhouse-variable-a-file", RUN_ALL, ["--list"], ["DS2_WHEELHOUSE={tmp}/a-file", "no such directory"],
+         env={"DS2_WHEELHOUSE": "{tmp}/a-file"}),
+    case("migrate-with-no-export", RUN_ALL, ["--migrate", "--frameworks", "pytorch", "--preset", "smoke", "--device",
+                                             "cpu"] + RES, ["--migrate: no selected source has an export",
+                                                            "no record pytorch_smoke_fp32_bs8_cpu.json"]),
+    case("report-output-ends-in-a-slash", REPORT, ["--output", "{tmp}/page/"], ["--output '{tmp}/page/'",
+                                                                              "names a directory"]),
+    case("report-option-given-twice", REPORT, ["--results-dir", "results", "--results-dir", "{tmp}/empty"],
+         ["argument --results-dir", "given twice"], cwd="root"),
     # ---- python -m runner.report ------------------------------------------------------------------------------------
     case("report-results-dir-empty-from-root", REPORT, ["--results-dir", "", "--output", "{tmp}/out.md"],
          ["--results-dir ''", "is empty"], cwd="root"),
@@ -258,6 +303,7 @@ def scratch(tmp_path):
     (tmp / "broken" / "tabulate").mkdir(parents=True)
     (tmp / "broken" / "tabulate" / "__init__.py").write_text("raise ImportError('broken on purpose')\n")
     (tmp / "empty").mkdir()
+    (tmp / "rootlink").symlink_to(ROOT)
     (tmp / "mine").mkdir()
     (tmp / "mine" / "keep.txt").write_text("the user's\n")
     import io

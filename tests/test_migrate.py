@@ -328,6 +328,7 @@ def test_run_all_migrate_runs_the_matrix_and_writes_the_page(tmp_path, monkeypat
                      opts.preset.batch_size))
         return [{"status": "ok"}] * (len(targets) * len(destinations))
     monkeypatch.setattr(migrate, "run_matrix", run_matrix)
+    monkeypatch.setattr(migrate, "nothing_to_migrate", lambda sources, runs: None)   # no exports here: none read
     monkeypatch.setattr(cli.envinfo, "gpus", lambda: [])
     out = tmp_path / "page.md"
     status = cli.main(["--migrate", "--frameworks", "tensorflow,pytorch", "--results-dir", str(tmp_path / "r"),

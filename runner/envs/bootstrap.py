@@ -537,10 +537,12 @@ def import_problem() -> Optional[str]:
     return None
 
 
-def reexec_in_runner(argv) -> None:
+def reexec_in_runner(argv, parse=None) -> None:
     """Re-execute ``argv`` (arguments after the interpreter) inside the runner environment; with
     ``DS2_RUNNER=current``, check instead that the current interpreter has what the runner imports (one line
-    naming what it lacks and how to install it, exit status 2)."""
+    naming what it lacks and how to install it, exit status 2).  ``parse``: the command's own parse of its
+    arguments (standard library only), called before the runner's environment is made or entered, so that a bad
+    option is one line and nothing is built."""
     prog = "python -m tests" if argv[:2] == ["-m", "tests"] else os.path.basename(argv[0])
     from runner.validate import environment_errors, refuse  # standard library only, like this module
     errors = environment_errors(names=("DS2_RUNNER", "DS2_ENVS_DIR", "DS2_WHEELHOUSE"))
@@ -563,6 +565,8 @@ def reexec_in_runner(argv) -> None:
         return
     if in_runner_env():
         return
+    if parse is not None:
+        parse(list(argv[1:]))                  # a bad option: one line, exit status 2, nothing made
     previous = interrupt.install()
     try:
         from runner.envs.wheelhouse import from_argv

@@ -299,12 +299,13 @@ def precision_reason(precision: str, gpu: Optional[dict]) -> Optional[str]:
 
 
 def parse_overrides(text: Optional[str]) -> Dict[str, str]:
-    """'pytorch=cu126,jax=cuda12' -> {'pytorch': 'cu126', 'jax': 'cuda12'}; ValueError with one line."""
+    """'pytorch=cu126,jax=cuda12' -> {'pytorch': 'cu126', 'jax': 'cuda12'}; ValueError with one line (an empty
+    item, such as a trailing comma's, and an environment named twice too)."""
     result = {}
-    for item in (text or "").split(","):
+    for item in (text or "").split(",") if text else []:
         item = item.strip()
         if not item:
-            continue
+            raise ValueError("%r has an empty item (a comma too many); expected ENV=BUILD[,ENV=BUILD...]" % text)
         env, sep, name = item.partition("=")
         env, name = env.strip(), name.strip()
         if not sep or not env or not name:
@@ -314,6 +315,8 @@ def parse_overrides(text: Optional[str]) -> Dict[str, str]:
         if get_build(env, name) is None:
             raise ValueError("unknown build %r for %s; choose from: %s"
                              % (name, env, ", ".join(b.name for b in builds(env))))
+        if env in result:
+            raise ValueError("%s is named twice in %r; give each environment once" % (env, text))
         result[env] = name
     return result
 

@@ -189,7 +189,10 @@ def needed_pins(env, device: str, targets, python_version: Optional[str]) -> "Or
 def check_env(env, device: str, targets, python: str) -> Tuple[dict, List[str]]:
     """The preflight of ``--use-installed ENV=PYTHON`` for the rows ``targets``: (the probe, its report's
     lines), or InstalledError with one line."""
-    facts = probe_versions(python, list(needed_pins(env, device, targets, None)))
+    try:
+        facts = probe_versions(python, list(needed_pins(env, device, targets, None)))
+    except InstalledError as e:
+        raise InstalledError("--use-installed %s=%s: %s" % (env.name, python, e))
     pins = needed_pins(env, device, targets, facts["python"])
     problem = env.python_problem(facts["python"])
     if problem:
@@ -229,12 +232,17 @@ def register_kernel(env, device: str, python: str, version: str, prefix: str, ex
 
 
 def parse_assignments(text: str) -> List[Tuple[str, str]]:
-    """``DS2_USE_INSTALLED``: "pytorch=/usr/bin/python3,jax=/usr/bin/python3" -> [(env, path)]."""
+    """``DS2_USE_INSTALLED``: "pytorch=/usr/bin/python3,jax=/usr/bin/python3" -> [(env, path)]; ValueError with
+    one line for an item that is not ENV=PYTHON, an empty one (a comma too many) or an environment named twice."""
     out = []
-    for item in [t.strip() for t in (text or "").split(",") if t.strip()]:
+    for item in [t.strip() for t in text.split(",")] if text else []:
+        if not item:
+            raise ValueError("%r has an empty item (a comma too many); expected ENV=PYTHON[,ENV=PYTHON...]" % text)
         name, sep, path = item.partition("=")
-        if not sep or not name or not path:
+        if not sep or not name.strip() or not path.strip():
             raise ValueError("expected ENV=PYTHON, got %r" % item)
+        if name.strip() in dict(out):
+            raise ValueError("%s is named twice in %r; give each environment once" % (name.strip(), text))
         out.append((name.strip(), path.strip()))
     return out
 
