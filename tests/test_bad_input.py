@@ -34,9 +34,13 @@ OFFLINE = ["bash", os.path.join(ROOT, "tools", "installed_offline.sh")]
 GPU_ENVS = [PY, os.path.join(ROOT, "tools", "check_gpu_envs.py")]
 SESSION = [PY, os.path.join(ROOT, "tools", "gpu_session.py")]
 IMPORT = [PY, os.path.join(ROOT, "tools", "import_session.py")]
+DP = [PY, "-m", "runner.dp"]
+AGENT = [PY, "-m", "runner.dp.host_agent"]
+WORKER = [PY, "-m", "runner.dp.worker"]
 PROGS = {id(RUN_ALL): "run_all.py", id(BOOT): "run_all.py", id(REPORT): "python -m runner.report", id(ROSETTA): "python -m runner.rosetta",
          id(SIM): "simulate_hosts.sh", id(OFFLINE): "installed_offline.sh", id(GPU_ENVS): "tools/check_gpu_envs.py",
-         id(SESSION): "gpu_session.py", id(IMPORT): "import_session.py"}
+         id(SESSION): "gpu_session.py", id(IMPORT): "import_session.py", id(DP): "python -m runner.dp",
+         id(AGENT): "host_agent.py", id(WORKER): "worker.py"}
 MARKER = "DS2_BAD_INPUT_TAG"
 #: far above the half second a refusal takes on a loaded 2-core machine, far below what starting a notebook takes
 SECONDS = 10
@@ -213,6 +217,11 @@ CASES = [
                                                             "no record pytorch_smoke_fp32_bs8_cpu.json"]),
     case("report-output-ends-in-a-slash", REPORT, ["--output", "{tmp}/page/"], ["--output '{tmp}/page/'",
                                                                               "names a directory"]),
+    case("dp-takes-no-arguments", DP, ["--bogus"], ["takes no arguments", "--bogus"]),
+    case("host-agent-spec-not-base64", AGENT, ["--bogus"], ["SPEC", "'--bogus'"]),
+    case("host-agent-spec-empty", AGENT, [""], ["SPEC", "''"]),
+    case("worker-empty-prefixes", WORKER, ["--log-prefix", "", "--status-prefix", "", "{tmp}/none.py"],
+         ["--log-prefix P --status-prefix S", "ends in a name"]),
     case("report-option-given-twice", REPORT, ["--results-dir", "results", "--results-dir", "{tmp}/empty"],
          ["argument --results-dir", "given twice"], cwd="root"),
     # ---- python -m runner.report ------------------------------------------------------------------------------------

@@ -3,4 +3,8 @@ import sys
 
 from runner.dp.launch import main
 
+if sys.argv[1:]:
+    print("python -m runner.dp: error: it takes no arguments (got %s); it prints the launchers and which targets can "
+          "run data-parallel" % " ".join(sys.argv[1:]), file=sys.stderr)
+    sys.exit(2)
 sys.exit(main())

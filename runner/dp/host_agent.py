@@ -112,11 +112,19 @@ def interface_to(host, port=9):
 
 
 def main(argv):
+    usage = "host_agent.py: error: expected one argument, SPEC (base64 JSON: marker, grace, route_to, processes)"
     if len(argv) != 1:
-        sys.stderr.write("usage: host_agent.py SPEC (base64 JSON: marker, grace, route_to, processes)\n")
+        sys.stderr.write(usage + "\n")
         return 2
-    spec = json.loads(base64.b64decode(argv[0]).decode())
-    value, grace = spec["marker"], float(spec.get("grace", 5.0))
+    try:                                # the runner writes SPEC; anything else is one line, not a traceback
+        spec = json.loads(base64.b64decode(argv[0], validate=True).decode())
+        value, grace = spec["marker"], float(spec.get("grace", 5.0))
+        if not isinstance(spec.get("processes"), list):
+            raise ValueError("no list of processes")
+    except (ValueError, TypeError, KeyError, AttributeError) as e:    # binascii.Error is a ValueError
+        sys.stderr.write("%s; got %r (%s)\n" % (usage, argv[0][:40], str(e).splitlines()[0] if str(e) else
+                                                 type(e).__name__))
+        return 2
     base = dict(os.environ, **{MARKER: value})
     if spec.get("route_to") and "GLOO_SOCKET_IFNAME" not in base:
         name = interface_to(spec["route_to"])

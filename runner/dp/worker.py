@@ -78,11 +78,13 @@ def _host_of_rank(rank):
 def main(argv):
     args = list(argv)
     prefixes = {}
-    while args and args[0] in ("--log-prefix", "--status-prefix"):
+    while len(args) > 1 and args[0] in ("--log-prefix", "--status-prefix"):
         prefixes[args[0]] = args[1]
         args = args[2:]
-    if len(args) < 1 or set(prefixes) != {"--log-prefix", "--status-prefix"}:
-        sys.stderr.write("usage: runner/dp/worker.py --log-prefix P --status-prefix S script.py [args]\n")
+    if len(args) < 1 or set(prefixes) != {"--log-prefix", "--status-prefix"} or \
+            not all(p.strip() and os.path.basename(p) for p in prefixes.values()):
+        sys.stderr.write("worker.py: error: expected --log-prefix P --status-prefix S script.py [args], each prefix a "
+                         "path that ends in a name (got %s)\n" % " ".join(argv)[:200])
         return 2
     script = os.path.abspath(args[0])
 
