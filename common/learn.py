@@ -189,6 +189,7 @@ class Learner:
             raise ValueError("max_steps must be at least 1, got %r" % (max_steps,))
         evaluations, losses, since = [], [], []
         batches = hashlib.sha256(json.dumps([self.corpus.corpus_sha256, p.batch_size, self.seed]).encode())
+        first_batches = None                  # the hash of the first eval_every batches (None: fewer ran)
         train_s = eval_s = 0.0
         stopped, reason, reached = "max_steps", None, None
         last = None
@@ -218,6 +219,8 @@ class Learner:
             stopped, reached = "target", evaluations[0]
         for batch in self.train.steps(0 if reached else cap):
             batches.update(json.dumps([batch.epoch, batch.index, batch.ids]).encode())
+            if step + 1 == p.eval_every:       # the batches before the first evaluation: every run trains on them
+                first_batches = batches.hexdigest()
             t = self.clock()
             loss = to_float(train_step(batch))
             train_s += self.clock() - t
@@ -251,7 +254,8 @@ class Learner:
             ("settings", OrderedDict((k, v) for k, v in p.to_dict().items() if k not in ("config", "name"))),
             ("optimizer", "SGD, momentum %g, lr %g" % (p.config.momentum, p.config.lr)),
             ("corpus", self.corpus.describe()),
-            ("train_data", dict(self.train.describe(), batches_sha256=batches.hexdigest())),
+            ("train_data", dict(self.train.describe(), batches_sha256=batches.hexdigest(),
+                                first_batches_sha256=first_batches)),
             ("inference", inference), ("details", details or {}), ("clock", CLOCK),
             ("prepare_s", round(self.prepare_s, 3)),
             ("steps", step), ("stopped", stopped), ("target", target),

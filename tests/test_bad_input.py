@@ -339,8 +339,11 @@ def tree(path):
 
 
 def git_status():
+    """What the checkout holds: ``git status`` where git and .git are there, else every file's size and time
+    outside the environments (so a case run from the root is checked on any machine)."""
     if shutil.which("git") is None or not os.path.isdir(os.path.join(ROOT, ".git")):
-        return None
+        return {name: state for name, state in tree(ROOT).items()
+                if not name.startswith((".venvs" + os.sep, ".git" + os.sep)) and name not in (".venvs", ".git")}
     return subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=ROOT,
                           stdout=subprocess.PIPE, universal_newlines=True).stdout
 
@@ -368,7 +371,7 @@ def test_bad_input_is_refused_in_one_line_before_anything(scratch, command, args
         assert fill(word) in lines[0], (word, lines[0])
     assert proc.stdout == "", proc.stdout
     assert tree(tmp) == before, "the command wrote into its scratch directory"
-    if status_before is not None:
+    if status_before is not None:                    # None: the case runs in its scratch folder (checked above)
         assert git_status() == status_before, "the command changed the checkout"
     assert marked_processes(tag, name=MARKER) == [], "a process the command started outlived it"
     assert elapsed < SECONDS, "a refusal took %.1f s" % elapsed

@@ -136,7 +136,12 @@ def rule(d, m, unbiased=True):
             (1 - m) * np.asarray(d["state_var"]) + m * var)
 
 
+#: every BatchNorm of the smoke model: the measurement must hold each (a loop over fewer would check less)
+BN_NAMES = set(get_preset("smoke").config.bn_names())
+
+
 def test_check_cell_leaves_the_loaded_running_statistics(measured):
+    assert set(measured["bn"]) == BN_NAMES, sorted(measured["bn"])
     for name, d in measured["bn"].items():
         assert d["before_mean"] == d["state_mean"] and d["before_var"] == d["state_var"], name
 
@@ -153,6 +158,8 @@ def test_cntk_batchnormalization_weights_by_its_time_constant_and_keeps_the_unbi
     print("frames %d, time constant %.1f: weight f = %.5f instead of %.1f"
           % (measured["frames"], measured["time_constant"], f, m))
     assert abs(f - m) > 1e-3                       # the check batch is not of the mean size: the two rules differ
+    sequence_wise = [name for name in measured["bn"] if not name.startswith("conv")]
+    assert sorted(sequence_wise) == sorted(n for n in BN_NAMES if not n.startswith("conv")), sequence_wise
     for name, d in measured["bn"].items():
         if name.startswith("conv"):
             continue

@@ -487,6 +487,7 @@ def test_a_runner_killed_outright_takes_its_workers_along(tmp_path, tag):
     deadline = time.time() + 20
     while supervisor.marked_processes(tag, name="DS2_TEST_TAG") and time.time() < deadline:
         time.sleep(0.2)
+    assert not supervisor.marked_processes(tag, name="DS2_TEST_TAG"), "workers outlived a runner killed outright"
 
 
 # ---- torchrun + gloo, end to end (the PyTorch environment) ---------------------------------------------

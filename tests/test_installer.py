@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
@@ -302,9 +303,19 @@ def test_a_signal_while_environments_are_made_ahead_leaves_no_install_behind(tmp
     proc = subprocess.Popen([sys.executable, "-c", DRIVER % {"root": ROOT, "tmp": tmp_path}], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
                             start_new_session=True)
+    seen = []
+
+    def read_until_made():              # the main thread prints what the threads said (every 0.2 s)
+        for line in proc.stdout:
+            seen.append(line)
+            if "environment 1/3: pytorch-cpu: being made" in line:
+                return
     try:
         pids = wait_for_pids(tmp_path, ["pytorch-cpu", "mxnet-cpu"], seconds=120)
-        time.sleep(1)                   # the main thread prints what the threads said (every 0.2 s)
+        reader = threading.Thread(target=read_until_made, daemon=True)
+        reader.start()
+        reader.join(60)                 # not a sleep: a loaded machine may print it later
+        assert not reader.is_alive(), "run_all.py never said the first environment is being made: %r" % seen
     except BaseException:
         proc.kill()
         raise
@@ -314,6 +325,7 @@ def test_a_signal_while_environments_are_made_ahead_leaves_no_install_behind(tmp
     else:
         proc.send_signal(sig)
     out, err = proc.communicate(timeout=60)
+    out = "".join(seen) + out
     assert proc.returncode == status, (out, err)
     assert time.time() - t0 < 15
     assert err.strip().splitlines() == ["run_all.py: %s (%s)" % ("terminated" if sig == signal.SIGTERM else

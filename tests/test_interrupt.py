@@ -276,6 +276,7 @@ SECOND_SIGNAL = textwrap.dedent("""
     from runner import interrupt
     interrupt.install()
     try:
+        print("ready", flush=True)               # the handler is in place: the test signals only now
         time.sleep(30)
     except interrupt.Interrupted as e:
         print("cleaning up after", e.reason, flush=True)
@@ -288,7 +289,7 @@ SECOND_SIGNAL = textwrap.dedent("""
 def test_a_second_ctrl_c_during_the_clean_up_exits_at_once():
     proc = subprocess.Popen([sys.executable, "-c", SECOND_SIGNAL], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             universal_newlines=True)
-    time.sleep(1)
+    assert proc.stdout.readline().strip() == "ready"   # not a sleep: a loaded machine may take longer to get there
     t0 = time.time()
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=20)

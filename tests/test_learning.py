@@ -120,6 +120,8 @@ def test_every_row_gets_the_same_batches_with_labels_as_wide_as_their_grid(corpu
     ro = learner(corpus, seed=1).run(other, zeros)
     assert ra["train_data"]["batches_sha256"] == rb["train_data"]["batches_sha256"] != \
         ro["train_data"]["batches_sha256"]
+    assert ra["train_data"]["first_batches_sha256"] == rb["train_data"]["first_batches_sha256"] != \
+        ro["train_data"]["first_batches_sha256"] is not None
     assert [x.ids for x in a.batches] == [x.ids for x in b.batches] != [x.ids for x in other.batches]
     texts = {u.index: u.text for u in corpus.utterances("train")}
     for batch in a.batches:

@@ -54,9 +54,13 @@ def test_kernel_library_path_is_the_kernels(tmp_path, monkeypatch):
     assert check_gpu_envs.kernel_library_path(ENVS["cntk"], str(venv)).split(os.pathsep)[0] == str(venv / "mpi-compat")
 
 
-def test_dest_inside_the_repository_is_refused():
-    with pytest.raises(SystemExit):
-        check_gpu_envs.main(["--dest", os.path.join(ROOT, ".gpu-envs"), "--no-build"])
+def test_dest_inside_the_repository_is_refused(capsys):
+    """A folder of the checkout that exists (so no other refusal, such as --no-build's "no such directory", can
+    stand in for this one)."""
+    with pytest.raises(SystemExit) as stop:
+        check_gpu_envs.main(["--dest", os.path.join(ROOT, "results"), "--no-build"])
+    lines = capsys.readouterr().err.splitlines()
+    assert stop.value.code == 2 and len(lines) == 1 and "--dest must lie outside the repository" in lines[0], lines
 
 
 # ---- tools/avx2_only.sh: the tier as on an AVX2-only CPU ------------------------------------------------------
