@@ -63,6 +63,11 @@ def load_state(path: str, config: DS2Config) -> Dict[str, np.ndarray]:
         weights = load_weights(path)
     except FileNotFoundError:
         raise WeightsError("weights file %s does not exist" % path) from None
+    except ValueError as e:  # NumPy reads a file that is neither .npy nor .npz as a pickle, which it refuses
+        if "pickle" not in str(e):
+            raise WeightsError("weights file %s cannot be read: %s: %s" % (path, type(e).__name__, e)) from None
+        raise WeightsError("weights file %s is not a NumPy .npz archive (the canonical format: a notebook's export, "
+                           "results/weights/*.npz)" % path) from None
     except Exception as e:  # a truncated or foreign file: zipfile, pickle or OS errors
         raise WeightsError("weights file %s cannot be read: %s: %s" % (path, type(e).__name__, e)) from None
     expected = config.state_shapes()

@@ -74,7 +74,7 @@ def test_canonical_state_adds_running_statistics():
 
 @pytest.mark.parametrize("damage, message", [
     ("missing_file", "does not exist"),
-    ("garbage", "cannot be read"),
+    ("garbage", "is not a NumPy .npz archive"),
     ("drop", "lacks conv1.weight"),
     ("extra", "has bd9.fwd.W, which is not a canonical name"),
     ("shape", "another preset's widths"),
