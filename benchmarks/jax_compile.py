@@ -207,30 +207,13 @@ def measure(preset, precision, lengths, threads, first, steps, variant=""):
             "threads": threads or os.cpu_count(), "step_ms_median": step_ms}
 
 
-def out_error(arg: str):
-    """Why --out cannot take the results, or None: a file (not a directory) in a folder that exists and takes
-    files; one that exists is replaced only when it holds this benchmark's results (or nothing)."""
-    path = os.path.abspath(arg)
-    folder = os.path.dirname(path)
-    if os.path.isdir(path):
-        return "--out %s is a directory; name a JSON file" % path
-    if not os.path.isdir(folder):
-        return "--out %s: its folder %s does not exist" % (path, folder)
-    why = validate.unwritable_dir(folder)
-    if why:
-        return "--out %s: its folder %s %s" % (path, folder, why)
-    if os.path.lexists(path):
-        if os.path.islink(path) or not os.path.isfile(path):
-            return "--out %s exists and is not a regular file; name a new file" % path
-        try:
-            with open(path) as f:
-                text = f.read()
-            ours = not text.strip() or json.loads(text).get("benchmark") == "jax_compile"
-        except (OSError, ValueError, AttributeError):
-            ours = False
-        if not ours:
-            return "--out %s exists and is not this benchmark's results: it is kept; name a new file" % path
-    return None
+def written_here(path: str) -> bool:
+    """Whether ``path`` holds this benchmark's results (what --out writes)."""
+    try:
+        with open(path) as f:
+            return json.load(f).get("benchmark") == "jax_compile"
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def main(argv=None):
@@ -258,8 +241,9 @@ def main(argv=None):
     unknown = [s for s in args.settings.split(",") if s not in SETTINGS]
     if unknown:
         p.error("--settings: unknown %s; choose from %s" % (", ".join(unknown), ", ".join(SETTINGS)))
-    if args.out is not None and out_error(args.out):
-        p.error(out_error(args.out))
+    problem = validate.result_file_error("--out", args.out, written_here) if args.out is not None else None
+    if problem:
+        p.error(problem)
     if args.autotune_results is not None:
         if not os.path.isfile(args.autotune_results):
             p.error("--autotune-results: no file %s" % args.autotune_results)

@@ -21,23 +21,8 @@ import subprocess
 import sys
 import time
 
-
-class OneLineParser(argparse.ArgumentParser):
-    """Bad input gets one line, ``PROG: error: ...``, and exit status 2 (runner/validate.py's, inline: this script
-    runs in a framework's environment on its own, without the repository on its path)."""
-
-    def error(self, message):
-        self.exit(2, "%s: error: %s\n" % (self.prog, message))
-
-
-def positive_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be a positive integer, got %r" % text)
-    return value
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from runner.validate import OneLineParser, positive_int  # noqa: E402  (standard library only)
 
 
 def time_layer(k, hidden, steps, batch, repeats, layers=1):

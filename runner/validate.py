@@ -281,6 +281,50 @@ def output_error(option: str, path: str, arg: Optional[str] = None) -> Optional[
     return None
 
 
+def result_file_error(option: str, arg: str, ours) -> Optional[str]:
+    """Why ``arg`` cannot take a tool's results file, or None: a file (not a directory) in a folder that exists
+    and takes files; one that exists is replaced only when it is a regular file that ``ours(path)`` says this tool
+    wrote (or that is empty), and never one the repository tracks."""
+    path = os.path.abspath(arg)
+    folder = os.path.dirname(path)
+    if os.path.isdir(path):
+        return "%s %s is a directory; name a file" % (option, path)
+    if not os.path.isdir(folder):
+        return "%s %s: its folder %s does not exist" % (option, path, folder)
+    why = unwritable_dir(folder)
+    if why:
+        return "%s %s: its folder %s %s" % (option, path, folder, why)
+    if not os.path.lexists(path):
+        return None
+    if os.path.islink(path) or not os.path.isfile(path):
+        return "%s %s exists and is not a regular file; name a new file" % (option, path)
+    if tracked_file(path):
+        return "%s %s is a file the repository tracks: it is kept; name a new file" % (option, path)
+    try:
+        with open(path) as f:
+            empty = not f.read().strip()
+    except (OSError, UnicodeDecodeError):
+        empty = False
+    if not empty and not ours(path):
+        return "%s %s exists and is not a results file of this tool: it is kept; name a new file" % (option, path)
+    return None
+
+
+def tracked_file(path: str) -> bool:
+    """Whether git tracks the file ``path`` (a file outside the repository never is; without git, any file in the
+    checkout counts)."""
+    path = os.path.realpath(path)
+    root = os.path.realpath(ROOT)
+    if not path.startswith(root + os.sep):
+        return False
+    try:
+        proc = subprocess.run(["git", "-C", root, "ls-files", "--error-unmatch", "--", os.path.relpath(path, root)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return os.path.exists(path)
+    return proc.returncode == 0
+
+
 def output_in_results_error(option: str, output: str, results_dir: str) -> Optional[str]:
     """An ``--output`` in one of the folders the runner fills in ``results_dir`` (:data:`RESULTS_FOLDERS`:
     records/, whose every *.json a later run reads as a record, and the others), or None."""

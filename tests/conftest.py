@@ -118,6 +118,37 @@ def full_targets(names):
     return [pytest.param(n, marks=pytest.mark.full) if n in VARIANTS else n for n in names]
 
 
+def file_tree(path):
+    """Every directory under ``path``, and every file with its size and modification time (a directory's own time
+    is left out: the write test of a path makes and removes a temporary directory, which leaves nothing); links are
+    not followed.  What the refusal tests compare before and after a command."""
+    out = {}
+    for root, dirs, files in os.walk(str(path)):
+        for name in dirs:
+            out[os.path.relpath(os.path.join(root, name), str(path))] = "dir"
+        for name in files:
+            st = os.lstat(os.path.join(root, name))
+            out[os.path.relpath(os.path.join(root, name), str(path))] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+def assert_refused(command, args, prog, words, cwd, env, seconds):
+    """Run ``command + args`` and check it was refused as bad input: exit status 2, one stderr line
+    ``PROG: error: ...`` holding every one of ``words``, nothing on stdout, within ``seconds`` (what the refusal
+    tests share; each checks what the command may have written)."""
+    t0 = time.time()
+    proc = subprocess.run(command + list(args), cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True, timeout=120)
+    elapsed = time.time() - t0
+    lines = proc.stderr.splitlines()
+    assert proc.returncode == 2, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
+    assert len(lines) == 1 and lines[0].startswith(prog + ": error: "), proc.stderr
+    for word in words:
+        assert word in lines[0], (word, lines[0])
+    assert proc.stdout == "", proc.stdout
+    assert elapsed < seconds, "a refusal took %.1f s" % elapsed
+
+
 class Durations:
     """Each test's own seconds (setup + call + teardown, less the set-up of session, package and module fixtures
     it was the first to use; those are counted in ``shared``, by fixture)."""

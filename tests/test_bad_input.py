@@ -12,7 +12,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 import uuid
 
 import pytest
@@ -20,7 +19,7 @@ import pytest
 from runner import validate
 from runner import cli_checks
 from runner.dp.supervisor import marked_processes
-from tests.conftest import ROOT
+from tests.conftest import ROOT, assert_refused, file_tree
 
 PY = sys.executable
 RUN_ALL = [PY, os.path.join(ROOT, "run_all.py")]
@@ -327,17 +326,7 @@ def scratch(tmp_path):
     return tmp
 
 
-def tree(path):
-    """Every directory under ``path``, and every file with its size and modification time (a directory's own
-    time is left out: the write test of a path makes and removes a temporary directory, which leaves nothing)."""
-    out = {}
-    for root, dirs, files in os.walk(str(path)):
-        for name in dirs:
-            out[os.path.relpath(os.path.join(root, name), str(path))] = "dir"
-        for name in files:
-            st = os.lstat(os.path.join(root, name))
-            out[os.path.relpath(os.path.join(root, name), str(path))] = (st.st_size, st.st_mtime_ns)
-    return out
+tree = file_tree            # tests/conftest.py
 
 
 def git_status():
@@ -361,22 +350,12 @@ def test_bad_input_is_refused_in_one_line_before_anything(scratch, command, args
         environ[name] = fill(value) if name != "PYTHONPATH" else fill(value) + os.pathsep + ROOT
     where = {"tmp": tmp, "root": ROOT}.get(cwd) or os.path.join(ROOT, cwd)
     before, status_before = tree(tmp), git_status() if cwd != "tmp" else None
-    t0 = time.time()
-    proc = subprocess.run(command + [fill(a) for a in args], cwd=where, env=environ, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, universal_newlines=True, timeout=120)
-    elapsed = time.time() - t0
-    prog = PROGS[id(command)]
-    lines = proc.stderr.splitlines()
-    assert proc.returncode == 2, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
-    assert len(lines) == 1 and lines[0].startswith(prog + ": error: "), proc.stderr
-    for word in words:
-        assert fill(word) in lines[0], (word, lines[0])
-    assert proc.stdout == "", proc.stdout
+    assert_refused(command, [fill(a) for a in args], PROGS[id(command)], [fill(w) for w in words], where, environ,
+                   SECONDS)
     assert tree(tmp) == before, "the command wrote into its scratch directory"
     if status_before is not None:                    # None: the case runs in its scratch folder (checked above)
         assert git_status() == status_before, "the command changed the checkout"
     assert marked_processes(tag, name=MARKER) == [], "a process the command started outlived it"
-    assert elapsed < SECONDS, "a refusal took %.1f s" % elapsed
 
 
 def test_every_promised_refusal_is_in_the_table():

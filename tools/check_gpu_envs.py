@@ -42,7 +42,7 @@ from runner.envs import definitions  # noqa: E402
 from runner.base import EnvError  # noqa: E402
 from runner.envs.bootstrap import create_venv, env_python, file_digest, read_stamp  # noqa: E402
 from runner.validate import (OneLineParser, first_repeated, non_empty, repeated_error,  # noqa: E402
-                             unwritable_dir)
+                             result_file_error, unwritable_dir)
 
 #: libraries the NVIDIA driver installs (never in a wheel): missing on a machine without the driver
 DRIVER_LIBRARIES = ("libcuda.so*", "libnvidia-*.so*", "libcudadebugger.so*", "libnvcuvid.so*", "libnvoptix.so*")
@@ -188,19 +188,6 @@ def only_choices():
                                                                                   for b in builds]]
 
 
-def tracked(path: str) -> bool:
-    """Whether git tracks the file ``path`` (a file outside the repository never is)."""
-    path, root = os.path.realpath(path), os.path.realpath(ROOT)          # a link into the checkout is the checkout
-    if not path.startswith(root + os.sep):
-        return False
-    try:
-        proc = subprocess.run(["git", "-C", root, "ls-files", "--error-unmatch", "--", os.path.relpath(path, root)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return os.path.exists(path)                 # no git to ask: any file in the checkout counts as its own
-    return proc.returncode == 0
-
-
 def written_here(path: str) -> bool:
     """Whether ``path`` is empty or holds what --json writes: a JSON list of results, each with env and built."""
     try:
@@ -210,29 +197,6 @@ def written_here(path: str) -> bool:
     except (OSError, ValueError):
         return False
     return isinstance(data, list) and all(isinstance(r, dict) and "env" in r and "built" in r for r in data)
-
-
-def json_error(arg: str):
-    """Why ``--json arg`` cannot take the results, or None (see its --help)."""
-    path = os.path.abspath(arg)
-    folder = os.path.dirname(path)
-    if os.path.isdir(path):
-        return "--json %s is a directory; name a file" % path
-    if not os.path.isdir(folder):
-        return "--json %s: its folder %s does not exist" % (path, folder)
-    why = unwritable_dir(folder)
-    if why:
-        return "--json %s: its folder %s %s" % (path, folder, why)
-    if not os.path.lexists(path):
-        return None
-    if os.path.islink(path) or not os.path.isfile(path):
-        return "--json %s exists and is not a regular file; name a new file" % path
-    if tracked(path):
-        return "--json %s is a file the repository tracks: it is kept; name a new file" % path
-    if not written_here(path):
-        return ("--json %s exists and is not a results file of this tool (a JSON list of results): it is kept; "
-                "name a new file" % path)
-    return None
 
 
 def python_error(env: str, path: str):
@@ -275,7 +239,7 @@ def errors_of(args, pythons_given):
     elif not args.no_build and unwritable_dir(dest):
         errors.append("--dest %s %s" % (dest, unwritable_dir(dest)))
     if args.json is not None:
-        errors.append(json_error(args.json))
+        errors.append(result_file_error("--json", args.json, written_here))
     return [e for e in errors if e]
 
 

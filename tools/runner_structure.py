@@ -1,18 +1,20 @@
 """The shape of runner/, measured from its source: modules and their lines, the longest functions, how deep the
-imports stand, and any import circle.  Standard library only (``ast``); imports nothing from runner.
+imports stand, and any import circle.  Standard library only (``ast``); from runner, only its option checks
+(runner/validate.py, standard library too).
 
     python tools/runner_structure.py            # the figures
     python tools/runner_structure.py --long 80  # only the functions over 80 lines that carry no comment saying why
 
 A function over the limit is accepted when a comment on its ``def`` line or the line above says why, and names the
 length: ``# long: ...`` (tests/test_runner_layers.py holds runner/ to it)."""
-import argparse
 import ast
 import os
 import sys
 from typing import Dict, List, Set, Tuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from runner.validate import OneLineParser, positive_int  # noqa: E402  (standard library only)
 RUNNER = os.path.join(ROOT, "runner")
 #: the comment that lets a function be longer than the limit, on its ``def`` line or the line above
 LONG_MARK = "# long:"
@@ -140,24 +142,6 @@ def functions(mods: Dict[str, str]) -> List[Tuple[int, str, bool]]:
 def long_functions(limit: int = 80) -> List[str]:
     """The functions over ``limit`` lines with no comment saying why."""
     return ["%s (%d lines)" % (f, n) for n, f, why in functions(modules()) if n > limit and not why]
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """Bad input gets one line, ``PROG: error: ...``, and exit status 2 (runner/validate.py's, inline: this tool
-    imports nothing from runner)."""
-
-    def error(self, message):
-        self.exit(2, "%s: error: %s\n" % (self.prog, message))
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be a positive integer (a number of lines), got %r" % text)
-    return value
 
 
 def main(argv=None) -> int:
