@@ -216,11 +216,24 @@ def written_here(path: str) -> bool:
         return False
 
 
+def length_list(text: str) -> str:
+    """--lengths: a comma list of DeepMark's utterance lengths (1 to 15 s), each once; kept as typed (the child
+    processes get it again)."""
+    items = [t.strip() for t in text.split(",")]
+    if not all(t.isdigit() and 1 <= int(t) <= 15 for t in items):
+        raise argparse.ArgumentTypeError("%r: expected seconds from 1 to 15, such as 1,8,15" % text)
+    twice = validate.first_repeated([int(t) for t in items])
+    if twice is not None:
+        raise argparse.ArgumentTypeError("%r names %d twice; name each length once" % (text, twice))
+    return ",".join(items)
+
+
 def main(argv=None):
     p = validate.OneLineParser(prog="jax_compile.py", description=__doc__.splitlines()[0])
     p.add_argument("--preset", default="quick", help="the batches' preset (default quick; smoke for a CPU check)")
     p.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "bf16"])
-    p.add_argument("--lengths", default="1,8,15", help="utterance lengths in seconds, one program each (default 1,8,15)")
+    p.add_argument("--lengths", type=length_list, default="1,8,15",
+                   help="utterance lengths in seconds (1 to 15, each once), one program each (default 1,8,15)")
     p.add_argument("--settings", default=",".join(SETTINGS), help="default: %s" % ",".join(SETTINGS))
     p.add_argument("--steps", type=validate.positive_int, default=3,
                    help="timed steps per shape after compiling, at least 1 (default 3)")
@@ -232,7 +245,7 @@ def main(argv=None):
                         "costs, and the steps are what the comparison is for" % ", ".join(AUTOTUNING_SETTINGS))
     p.add_argument("--measure", default=None, help=argparse.SUPPRESS)     # the child process: one setting
     args = p.parse_args(argv)
-    lengths = [int(s) for s in args.lengths.split(",")]
+    lengths = [int(s) for s in args.lengths.split(",")]          # checked by length_list
     if args.measure:
         setting = SETTINGS[args.measure]
         print("RESULT " + json.dumps(measure(args.preset, args.precision, lengths, setting["threads"],

@@ -137,6 +137,8 @@ CASES = [
     case("unroll-layers-0", UNROLL, ["--layers", "0"], ["argument --layers", "'0'"]),
     case("profiler-hidden-0", PROFILER, ["--hidden", "0"], ["argument --hidden", "'0'"]),
     case("profiler-steps-negative", PROFILER, ["--steps", "-3"], ["argument --steps", "'-3'"]),
+    case("compile-lengths-not-numbers", COMPILE, ["--lengths", "a"], ["argument --lengths", "'a'", "1 to 15"]),
+    case("compile-lengths-twice", COMPILE, ["--lengths", "8,8"], ["argument --lengths", "names 8 twice"]),
     case("compile-steps-0", COMPILE, ["--steps", "0", "--out", "{tmp}/c.json"], ["argument --steps", "'0'"]),
     case("compile-out-a-directory", COMPILE, ["--out", "{tmp}"], ["--out {tmp}", "is a directory"]),
     case("compile-out-folder-missing", COMPILE, ["--out", "{tmp}/none/c.json"], ["--out {tmp}/none/c.json",
