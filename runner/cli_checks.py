@@ -256,13 +256,12 @@ def run_all_errors(args, targets) -> List[str]:
                       "add it")
     if args.prepare_wheelhouse:
         errors.append(results_dir_error("--prepare-wheelhouse", args.prepare_wheelhouse))
-    named = "--wheelhouse" if args.wheelhouse else "DS2_WHEELHOUSE="
+    named = "--wheelhouse " if args.wheelhouse else "DS2_WHEELHOUSE="     # what the error line names
     args.wheelhouse = args.wheelhouse or os.environ.get("DS2_WHEELHOUSE") or None
     if args.wheelhouse and not args.prepare_wheelhouse:
         args.wheelhouse = os.path.abspath(args.wheelhouse)
         if not os.path.isdir(args.wheelhouse):
-            errors.append("%s%s: no such directory" % (named if named.endswith("=") else named + " ",
-                                                       args.wheelhouse))
+            errors.append("%s%s: no such directory" % (named, args.wheelhouse))
     return [e for e in errors if e]
 
 

@@ -302,7 +302,7 @@ def parse_overrides(text: Optional[str]) -> Dict[str, str]:
     """'pytorch=cu126,jax=cuda12' -> {'pytorch': 'cu126', 'jax': 'cuda12'}; ValueError with one line (an empty
     item, such as a trailing comma's, and an environment named twice too)."""
     result = {}
-    for item in (text or "").split(",") if text else []:
+    for item in text.split(",") if text else []:
         item = item.strip()
         if not item:
             raise ValueError("%r has an empty item (a comma too many); expected ENV=BUILD[,ENV=BUILD...]" % text)
