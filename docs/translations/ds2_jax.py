@@ -201,7 +201,7 @@ def canonical_state(config: DS2Config, seed: int = 0) -> Dict[str, np.ndarray]:
     return state
 
 
-# %% JAX_Flax_DS2.ipynb cell 11 (rosetta:data)
+# %% JAX_Flax_DS2.ipynb cell 12 (rosetta:data)
 def to_device(batch):
     """Features and labels of a batch as arrays on the default device (host -> device copy).
 
@@ -216,7 +216,7 @@ def to_host(x):
     return np.asarray(x)
 
 
-# %% JAX_Flax_DS2.ipynb cell 13 (rosetta:model)
+# %% JAX_Flax_DS2.ipynb cell 14 (rosetta:model)
 def clipped_relu(clip):
     """min(max(x, 0), clip) as a layer."""
     return lambda x: jnp.clip(x, 0.0, clip)
@@ -281,7 +281,7 @@ class DeepSpeech2(nnx.Module):
         return self.out(self.fc(x))                       # (N, T/4, 29) logits
 
 
-# %% JAX_Flax_DS2.ipynb cell 20 (rosetta:weights)
+# %% JAX_Flax_DS2.ipynb cell 21 (rosetta:weights)
 CONV = (2, 3, 1, 0)        # canonical (out, in, freq, time) -> Flax (freq, time, in, out)
 DENSE = (1, 0)             # canonical (out, in) -> Flax (in, out)
 
@@ -319,7 +319,7 @@ def load_canonical(model, state):
         variable[...] = jnp.asarray(value)
 
 
-# %% JAX_Flax_DS2.ipynb cell 23 (rosetta:loss)
+# %% JAX_Flax_DS2.ipynb cell 24 (rosetta:loss)
 def ds2_loss(logits, labels):
     """CTC summed over the batch, divided by the batch size (mean per utterance). Labels past an utterance's length
     are 0, the blank, which no label is (the real task's batches, section 12b): optax reads the lengths from the
@@ -330,7 +330,7 @@ def ds2_loss(logits, labels):
     return optax.ctc_loss(logits, logit_paddings, labels, label_paddings, blank_id=cfg.blank).mean()
 
 
-# %% JAX_Flax_DS2.ipynb cell 28 (rosetta:optimizer)
+# %% JAX_Flax_DS2.ipynb cell 29 (rosetta:optimizer)
 def sgd(model):
     """SGD with classical momentum (no Nesterov, no weight decay) over the model's parameters."""
     return nnx.Optimizer(model, optax.sgd(cfg.lr, momentum=cfg.momentum), wrt=nnx.Param)
