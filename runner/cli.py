@@ -19,7 +19,7 @@ from runner.envs import use_installed as installed_mod
 from runner.envs.definitions import ENVS
 from runner.report import render
 from runner.run import execute
-from runner.run.targets import ALL_TARGETS, TARGETS, variants_of
+from runner.run.targets import ALL_TARGETS, TARGETS, select_targets
 
 
 def output_paths(args) -> tuple:
@@ -38,15 +38,6 @@ def error(message: str, status: int = 2) -> int:
     """One ``run_all.py: error:`` line on stderr; the exit status (2: bad input, refused before anything starts)."""
     interrupt.stderr_line("run_all.py: error: %s" % message.replace("\n", " "))
     return status
-
-
-def select_targets(frameworks: List[str], with_variants: bool = False) -> list:
-    """The targets of ``--frameworks`` in order; ``--variants`` adds each one's variant targets
-    (``<row>+<variant>``) after them, once each."""
-    targets = [ALL_TARGETS[name] for name in frameworks]
-    if with_variants:
-        targets += [v for t in list(targets) for v in variants_of(t.name) if v not in targets]
-    return targets
 
 
 def main(argv=None) -> int:

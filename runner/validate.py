@@ -22,10 +22,11 @@ Standard library only at import: the bootstrap runs this before the runner's env
 """
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
-from typing import Iterable, List, Optional, Sequence
+from typing import Iterable, List, Optional, Sequence, Tuple
 
 from runner.base import ROOT
 
@@ -86,6 +87,40 @@ def given_twice(parser: argparse.ArgumentParser, argv: Sequence[str]) -> Optiona
         if action.dest in seen:
             return name if name == seen[action.dest] else "%s (as %s)" % (name, seen[action.dest])
         seen[action.dest] = name
+    return None
+
+
+def assignments(text: Optional[str], value: str) -> List[Tuple[str, str]]:
+    """``"a=x, b=y"`` -> ``[("a", "x"), ("b", "y")]`` (None or "": none): the ENV=VALUE lists of the options and
+    variables that name environments (``--gpu-build``, ``DS2_GPU_BUILD``, ``DS2_USE_INSTALLED``); ValueError with
+    one line for an empty item (a comma too many), an item that is not ENV=``value``, or an ENV named twice."""
+    out = []
+    for item in [t.strip() for t in text.split(",")] if text else []:
+        if not item:
+            raise ValueError("%r has an empty item (a comma too many); expected ENV=%s[,ENV=%s...]"
+                             % (text, value, value))
+        name, sep, given = (part.strip() for part in item.partition("="))
+        if not sep or not name or not given:
+            raise ValueError("expected ENV=%s, got %r" % (value, item))
+        if name in dict(out):
+            raise ValueError("%s is named twice in %r; give each environment once" % (name, text))
+        out.append((name, given))
+    return out
+
+
+def python3_error(label: str, python: str) -> Optional[str]:
+    """Why ``python`` (a path, or a name on PATH; ``label``: the option as the line names it, such as ``--python
+    pytorch=PATH``) cannot run a tool's work, or None: an executable that runs as a Python 3."""
+    found = os.path.abspath(python) if os.path.isfile(python) else shutil.which(python)
+    if not found or not os.access(found, os.X_OK):
+        return "%s: no such executable" % label
+    try:
+        proc = subprocess.run([found, "-c", "import sys; print(sys.version_info[0])"], stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, universal_newlines=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as e:
+        return "%s does not run: %s" % (label, e)
+    if proc.returncode != 0 or proc.stdout.strip() != "3":
+        return "%s does not run as a Python 3 (exit %s)" % (label, proc.returncode)
     return None
 
 
@@ -212,20 +247,21 @@ def names_itself(arg: str) -> bool:
 
 
 def holds_tracked_files(path: str) -> bool:
-    """Whether directory ``path`` holds files the repository tracks (asked of git; without git, any file in
-    the tree below the repository root counts)."""
-    path = os.path.abspath(path)
-    inside = path == ROOT or path.startswith(ROOT + os.sep)
-    if not inside or not os.path.isdir(path):
+    """Whether ``path``, a directory or a file, is or holds a file the repository tracks (asked of git; without
+    git, any file in the tree below the repository root counts).  Links are resolved: a link into the checkout is
+    the checkout."""
+    path, root = os.path.realpath(path), os.path.realpath(ROOT)
+    inside = path == root or path.startswith(root + os.sep)
+    if not inside or not (os.path.isdir(path) or os.path.isfile(path)):
         return False
     try:
-        out = subprocess.run(["git", "-C", ROOT, "ls-files", "-z", "--", os.path.relpath(path, ROOT)],
+        out = subprocess.run(["git", "-C", root, "ls-files", "-z", "--", os.path.relpath(path, root)],
                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=30)
         if out.returncode == 0:
             return bool(out.stdout.strip(b"\0"))
     except (OSError, subprocess.SubprocessError):
         pass
-    return any(files for _, _, files in os.walk(path))
+    return os.path.isfile(path) or any(files for _, _, files in os.walk(path))
 
 
 def results_dir_error(option: str, arg: str) -> Optional[str]:
@@ -298,7 +334,7 @@ def result_file_error(option: str, arg: str, ours) -> Optional[str]:
         return None
     if os.path.islink(path) or not os.path.isfile(path):
         return "%s %s exists and is not a regular file; name a new file" % (option, path)
-    if tracked_file(path):
+    if holds_tracked_files(path):
         return "%s %s is a file the repository tracks: it is kept; name a new file" % (option, path)
     try:
         with open(path) as f:
@@ -308,21 +344,6 @@ def result_file_error(option: str, arg: str, ours) -> Optional[str]:
     if not empty and not ours(path):
         return "%s %s exists and is not a results file of this tool: it is kept; name a new file" % (option, path)
     return None
-
-
-def tracked_file(path: str) -> bool:
-    """Whether git tracks the file ``path`` (a file outside the repository never is; without git, any file in the
-    checkout counts)."""
-    path = os.path.realpath(path)
-    root = os.path.realpath(ROOT)
-    if not path.startswith(root + os.sep):
-        return False
-    try:
-        proc = subprocess.run(["git", "-C", root, "ls-files", "--error-unmatch", "--", os.path.relpath(path, root)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return os.path.exists(path)
-    return proc.returncode == 0
 
 
 def output_in_results_error(option: str, output: str, results_dir: str) -> Optional[str]:

@@ -182,7 +182,7 @@ def test_batch_size_list_parsing():
 
 
 def test_variants_expand_to_the_variant_targets():
-    from runner.cli import select_targets
+    from runner.run.targets import select_targets
     from runner.run.targets import VARIANTS
     names = lambda ts: [t.name for t in ts]  # noqa: E731
     assert names(select_targets(["pytorch"])) == ["pytorch"]

@@ -15,6 +15,7 @@ import sys
 
 import pytest
 
+from runner import validate
 from tests.conftest import ROOT, assert_refused, file_tree
 
 PY = sys.executable
@@ -218,7 +219,7 @@ def test_gpu_session_takes_the_shortest_deadline_and_a_scratch_folder_outside_th
                                                   str(gpu_session.MIN_DEADLINE_S), "--scratch", str(tmp_path / "s")])
     assert args.deadline_s == gpu_session.MIN_DEADLINE_S > gpu_session.RESERVE_S
     assert gpu_session.scratch_error(str(tmp_path / "s")) is None
-    assert gpu_session.python_error(PY) is None
+    assert validate.python3_error("--python %s" % PY, PY) is None
     assert not (tmp_path / "out").exists() and not (tmp_path / "s").exists()
 
 

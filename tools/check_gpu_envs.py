@@ -27,7 +27,6 @@ import fnmatch
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -41,8 +40,8 @@ from runner.envs import gpu_preflight  # noqa: E402
 from runner.envs import definitions  # noqa: E402
 from runner.base import EnvError  # noqa: E402
 from runner.envs.bootstrap import create_venv, env_python, file_digest, read_stamp  # noqa: E402
-from runner.validate import (OneLineParser, first_repeated, non_empty, repeated_error,  # noqa: E402
-                             result_file_error, unwritable_dir)
+from runner.validate import (OneLineParser, first_repeated, non_empty, python3_error,  # noqa: E402
+                             repeated_error, result_file_error, unwritable_dir)
 
 #: libraries the NVIDIA driver installs (never in a wheel): missing on a machine without the driver
 DRIVER_LIBRARIES = ("libcuda.so*", "libnvidia-*.so*", "libcudadebugger.so*", "libnvcuvid.so*", "libnvoptix.so*")
@@ -199,21 +198,6 @@ def written_here(path: str) -> bool:
     return isinstance(data, list) and all(isinstance(r, dict) and "env" in r and "built" in r for r in data)
 
 
-def python_error(env: str, path: str):
-    """Why ``--python ENV=PATH`` cannot build ENV, or None: PATH runs as a Python."""
-    found = shutil.which(path) if os.sep not in path else (path if os.path.isfile(path) else None)
-    if not found or not os.access(found, os.X_OK):
-        return "--python %s=%s: no such executable" % (env, path)
-    try:
-        proc = subprocess.run([found, "-c", "import sys; print(sys.version_info[0])"], stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL, universal_newlines=True, timeout=30)
-    except (OSError, subprocess.SubprocessError) as e:
-        return "--python %s=%s does not run: %s" % (env, path, e)
-    if proc.returncode != 0 or proc.stdout.strip() != "3":
-        return "--python %s=%s does not run as a Python 3" % (env, path)
-    return None
-
-
 def errors_of(args, pythons_given):
     """Every refusal of the options, in order (the first is the one line printed); nothing is built or written."""
     errors = []
@@ -230,14 +214,15 @@ def errors_of(args, pythons_given):
             errors.append("--python %s=%s: unknown environment %s; choose from: %s"
                           % (env, path, env, ", ".join(gpu_preflight.BUILDS)))
         else:
-            errors.append(python_error(env, path))
+            errors.append(python3_error("--python %s=%s" % (env, path), path))
     dest = os.path.abspath(args.dest)
     if os.path.commonpath([dest, ROOT]) == ROOT:
         errors.append("--dest must lie outside the repository (the environments weigh ~25 GB)")
     elif args.no_build and not os.path.isdir(dest):
         errors.append("--dest %s: no such directory (--no-build checks the environments built there)" % dest)
-    elif not args.no_build and unwritable_dir(dest):
-        errors.append("--dest %s %s" % (dest, unwritable_dir(dest)))
+    elif not args.no_build:
+        why = unwritable_dir(dest)
+        errors.append("--dest %s %s" % (dest, why) if why else None)
     if args.json is not None:
         errors.append(result_file_error("--json", args.json, written_here))
     return [e for e in errors if e]

@@ -17,13 +17,15 @@ payload size, ... and at byte 28 a uint32 architecture (70 = sm_70 / compute_70)
 cuobjdump 13.5 on mxnet-cu112 1.9.1's libmxnet.so (same counts per architecture; see
 tests/test_preflight.py for the parser on a hand-made fat binary).
 """
-import argparse
 import json
 import mmap
 import os
 import struct
 import sys
 from collections import Counter
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from runner.validate import OneLineParser  # noqa: E402  (standard library only)
 
 MAGIC = struct.pack("<I", 0xBA55ED50)
 KINDS = {1: "ptx", 2: "sass"}
@@ -84,14 +86,6 @@ def describe(info):
     sass = ", ".join("sm_%d" % a for a in info["sass"]) or "-"
     ptx = ", ".join("compute_%d" % a for a in info["ptx"]) or "-"
     return "SASS: %s | PTX: %s | %d entries" % (sass, ptx, info["entries"])
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """Bad input gets one line, ``fatbin_archs.py: error: ...``, and exit status 2 (runner/validate.py's, inline:
-    this tool is standard library only and runs on its own)."""
-
-    def error(self, message):
-        self.exit(2, "%s: error: %s\n" % (self.prog, message))
 
 
 def path_error(path):

@@ -668,21 +668,6 @@ def deadline_seconds(text: str) -> int:
     return value
 
 
-def python_error(python: str) -> Optional[str]:
-    """Why ``--python`` cannot run the rows, or None: an executable that runs as a Python 3."""
-    found = os.path.abspath(python) if os.path.isfile(python) else shutil.which(python)
-    if not found or not os.access(found, os.X_OK):
-        return "--python %s: no such executable" % python
-    try:
-        proc = subprocess.run([found, "-c", "import sys; print(sys.version_info[0])"], stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL, universal_newlines=True, timeout=30)
-    except (OSError, subprocess.SubprocessError) as e:
-        return "--python %s does not run: %s" % (python, e)
-    if proc.returncode != 0 or proc.stdout.strip() != "3":
-        return "--python %s does not run as a Python 3 (exit %s)" % (python, proc.returncode)
-    return None
-
-
 def scratch_error(scratch: str) -> Optional[str]:
     """Why ``--scratch`` cannot hold the rows' results directories, or None: a writable folder outside the
     checkout (links resolved: a link to the repository is the repository)."""
@@ -734,7 +719,7 @@ def build_parser() -> argparse.ArgumentParser:
 def errors_of(args) -> List[str]:
     """Every refusal of the options, the interpreter first (the first is the one line printed); nothing is
     started or written."""
-    errors = [python_error(args.python)]
+    errors = [validate.python3_error("--python %s" % args.python, args.python)]
     out = os.path.abspath(args.out)
     problem = validate.results_dir_error("--out", args.out)
     if problem:

@@ -43,7 +43,7 @@ import sys
 try:
     from runner import cli_checks
     from runner.cli_options import build_parser
-    from runner.run.targets import ALL_TARGETS, variants_of
+    from runner.run.targets import select_targets
 except Exception as e:      # not bad input: this interpreter cannot read the runner
     sys.exit("installed_offline.sh: error: PYTHON cannot import the runner to check run_all.py's options: %s" % e)
 p = build_parser()
@@ -52,10 +52,7 @@ try:
     args = p.parse_args(sys.argv[1:])
 except SystemExit as e:
     sys.exit(10 if not e.code else 2)       # 10: --help printed, nothing to run
-targets = [ALL_TARGETS[name] for name in args.frameworks]
-if args.variants:
-    targets += [v for t in list(targets) for v in variants_of(t.name) if v not in targets]
-errors = cli_checks.run_all_errors(args, targets)
+errors = cli_checks.run_all_errors(args, select_targets(args.frameworks, args.variants))
 if errors:
     p.error(errors[0].replace("\n", " "))
 EOF

@@ -25,6 +25,7 @@ from collections import OrderedDict
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from common import envinfo
+from runner.validate import assignments      # standard library only, like this module
 
 #: Minimum Linux driver per CUDA major version: NVIDIA, "CUDA Compatibility", Minor Version
 #: Compatibility, Table 1 (CUDA 13.x >= 580, 12.x >= 525, 11.x >= 450; 11.x from 450.80.02 on,
@@ -302,21 +303,13 @@ def parse_overrides(text: Optional[str]) -> Dict[str, str]:
     """'pytorch=cu126,jax=cuda12' -> {'pytorch': 'cu126', 'jax': 'cuda12'}; ValueError with one line (an empty
     item, such as a trailing comma's, and an environment named twice too)."""
     result = {}
-    for item in text.split(",") if text else []:
-        item = item.strip()
-        if not item:
-            raise ValueError("%r has an empty item (a comma too many); expected ENV=BUILD[,ENV=BUILD...]" % text)
-        env, sep, name = item.partition("=")
-        env, name = env.strip(), name.strip()
-        if not sep or not env or not name:
-            raise ValueError("expected ENV=BUILD, got %r" % item)
+    for env, name in assignments(text, "BUILD"):
+        item = "%s=%s" % (env, name)
         if env not in BUILDS:
             raise ValueError("unknown environment %r in %r; choose from: %s" % (env, item, ", ".join(BUILDS)))
         if get_build(env, name) is None:
             raise ValueError("unknown build %r for %s; choose from: %s"
                              % (name, env, ", ".join(b.name for b in builds(env))))
-        if env in result:
-            raise ValueError("%s is named twice in %r; give each environment once" % (env, text))
         result[env] = name
     return result
 

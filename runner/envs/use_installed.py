@@ -28,6 +28,7 @@ from typing import Dict, List, Optional, Tuple
 from runner.base import ROOT
 
 from runner.base import EnvError
+from runner.validate import assignments      # standard library only
 
 
 #: the oldest version of each framework the notebooks are known to run with (docs/gpus.md, "Three routes"): PyTorch's
@@ -234,17 +235,7 @@ def register_kernel(env, device: str, python: str, version: str, prefix: str, ex
 def parse_assignments(text: str) -> List[Tuple[str, str]]:
     """``DS2_USE_INSTALLED``: "pytorch=/usr/bin/python3,jax=/usr/bin/python3" -> [(env, path)]; ValueError with
     one line for an item that is not ENV=PYTHON, an empty one (a comma too many) or an environment named twice."""
-    out = []
-    for item in [t.strip() for t in text.split(",")] if text else []:
-        if not item:
-            raise ValueError("%r has an empty item (a comma too many); expected ENV=PYTHON[,ENV=PYTHON...]" % text)
-        name, sep, path = item.partition("=")
-        if not sep or not name.strip() or not path.strip():
-            raise ValueError("expected ENV=PYTHON, got %r" % item)
-        if name.strip() in dict(out):
-            raise ValueError("%s is named twice in %r; give each environment once" % (name.strip(), text))
-        out.append((name.strip(), path.strip()))
-    return out
+    return assignments(text, "PYTHON")
 
 
 # ---- the runner itself: DS2_RUNNER=current ---------------------------------------------------------------

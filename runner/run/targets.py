@@ -6,7 +6,7 @@ runner/envs/definitions.py.  MXNet's data-parallel modes are here too: each is a
 """
 import os
 from collections import OrderedDict
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from common.envinfo import cpu_flags
 from common.spec import CONTROL_PRECISION
@@ -149,6 +149,15 @@ ALL_TARGETS = OrderedDict(list(TARGETS.items()) + list(VARIANTS.items()))
 def variants_of(name: str) -> list:
     """The variant targets of the row of record ``name``."""
     return [v for v in VARIANTS.values() if v.variant_of == name]
+
+
+def select_targets(frameworks: List[str], with_variants: bool = False) -> list:
+    """The targets of ``--frameworks`` in order; ``--variants`` adds each one's variant targets
+    (``<row>+<variant>``) after them, once each."""
+    targets = [ALL_TARGETS[name] for name in frameworks]
+    if with_variants:
+        targets += [v for t in list(targets) for v in variants_of(t.name) if v not in targets]
+    return targets
 
 
 def control_precision_error(targets, precisions) -> Optional[str]:
