@@ -135,10 +135,11 @@ def repo_path(path: Optional[str]) -> Optional[str]:
     return path if os.path.isabs(path) else os.path.join(ROOT, path)
 
 
-def find_export(source: Target, opts: "execute.RunOptions") -> dict:
+def find_export(source: Target, opts: "execute.RunOptions", hash_file: bool = True) -> dict:
     """The export of ``source``'s last ordinary run with this run's preset, precision, batch size and
     device: {"record", "record_path", "weights", "logits", "sha256"}.  Raises :class:`MigrateError` with
-    the reason (one line) when there is none, or when the record is a skipped run (``skipped`` key)."""
+    the reason (one line) when there is none, or when the record is a skipped run (``skipped`` key).
+    ``hash_file=False``: whether the files are there, without reading the weights (``sha256`` None, unchecked)."""
     stem = execute.record_stem(source, opts)
     record_path = os.path.join(opts.results_dir, "records", stem + ".json")
     hint = "run python run_all.py --frameworks %s%s first" % (source.name, _run_hint(opts))
@@ -175,8 +176,8 @@ def find_export(source: Target, opts: "execute.RunOptions") -> dict:
     if not os.path.exists(logits):
         raise MigrateError("no export of %s: its logits file %s is missing; %s"
                            % (source.name, export.get("logits_path"), hint))
-    sha = exports.file_sha256(weights)
-    if export.get("sha256") and sha != export["sha256"]:
+    sha = exports.file_sha256(weights) if hash_file else None
+    if hash_file and export.get("sha256") and sha != export["sha256"]:
         raise MigrateError("the export of %s (%s) changed since its record was written (sha256 differs); %s"
                            % (source.name, os.path.relpath(weights, ROOT) if weights.startswith(ROOT) else weights,
                               hint))
@@ -407,7 +408,7 @@ def nothing_to_migrate(sources: List[Target], runs: List["execute.RunOptions"]) 
     for opts in runs:
         for source in sources:
             try:
-                find_export(source, opts)
+                find_export(source, opts, hash_file=False)   # the pair reads and checks the file later
                 return None
             except MigrateError as e:
                 first = first or str(e)

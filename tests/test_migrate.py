@@ -261,7 +261,7 @@ def test_a_missing_source_and_a_failing_destination_do_not_stop_the_others(tmp_p
     assert "failed [1]" in md and "fake-c \u2192 fake-a: no export of fake-c" in md
 
 
-def test_a_source_export_that_changed_since_its_record_fails_its_cells(tmp_path, python_kernel):
+def test_a_source_export_that_changed_since_its_record_fails_its_cells(tmp_path, python_kernel, monkeypatch):
     a = fake("fake-a")
     opts = options(tmp_path / "results")
     run_sources([a], opts)
@@ -272,6 +272,11 @@ def test_a_source_export_that_changed_since_its_record_fails_its_cells(tmp_path,
     np.savez(weights, **state)
     rec = migrate.run_pair(a, a, opts, "python3", announce=lambda *x: None)
     assert rec["status"] == "failed" and "changed since its record" in rec["error"]
+    # the check before the matrix only asks whether an export is there: it reads no weights (the pair does)
+    read, real = [], exports.file_sha256
+    monkeypatch.setattr(exports, "file_sha256", lambda path: read.append(path) or real(path))
+    assert migrate.nothing_to_migrate([a], [opts]) is None and read == []
+    assert "--migrate: no selected source has an export" in migrate.nothing_to_migrate([fake("fake-c")], [opts])
 
 
 def test_a_broken_source_file_stops_the_destination_at_section_5_with_one_line(tmp_path, python_kernel):
