@@ -77,11 +77,30 @@ def test_measure_matmul_peak_times_enough_products_and_takes_the_median():
     synced = []
     peak = flops.measure_matmul_peak(make, synced.append, {"square": (100, 100, 100)}, repeats=3, min_time_s=0.2,
                                      clock=clock)
-    assert peak["square"]["iterations"] == 20 and peak["square"]["repeats"] == 3
+    assert peak["square"]["iterations"] in (20, 21) and peak["square"]["repeats"] == 3   # 0.2 / 0.01, rounded
     assert peak["square"]["flops_per_s"] == pytest.approx(2e6 / 0.01)
-    assert synced == ["result"] * 5          # warm-up, calibration, 3 measurements: every one synchronised
+    assert synced == ["result"] * 7          # warm-up, 3 calibrations, 3 measurements: every one synchronised
     with pytest.raises(ValueError, match="repeats"):
         flops.measure_matmul_peak(make, synced.append, {}, repeats=0)
+
+
+def test_one_slow_calibration_product_does_not_shorten_the_measurements():
+    """The iterations per measurement come from the fastest calibration product: a first one 5 times slower (a page
+    fault, a busy core) would otherwise make every measurement last a fifth of ``min_time_s``."""
+    clock = FakeClock()
+    calls = []
+
+    def make(m, k, n):
+        def run():
+            calls.append(1)
+            clock.now += 0.05 if len(calls) == 2 else 0.01   # the warm-up, then a slow first calibration
+            return "result"
+        return run
+
+    peak = flops.measure_matmul_peak(make, lambda r: None, {"square": (100, 100, 100)}, repeats=3, min_time_s=0.2,
+                                     clock=clock)
+    assert peak["square"]["iterations"] in (20, 21)   # the slow one alone: 4
+    assert peak["square"]["flops_per_s"] == pytest.approx(2e6 / 0.01)
 
 
 def test_a_product_too_slow_for_the_budget_is_measured_fewer_times():
@@ -101,7 +120,7 @@ def test_a_product_too_slow_for_the_budget_is_measured_fewer_times():
     assert peak["square"]["iterations"] == 1 and peak["square"]["repeats"] == 2
     assert peak["square"]["flops_per_s"] == pytest.approx(2e9 / 0.9)
     assert peak["small"]["repeats"] == 5 and peak["small"]["iterations"] in (20, 21)   # 5 x 0.2 s fit: all 5
-    assert len(synced) == (2 + 2) + (2 + 5)            # warm-up and calibration, then each measurement
+    assert len(synced) == (2 + 2) + (4 + 5)            # warm-up and calibration(s), then each measurement
     slower = flops.measure_matmul_peak(make, synced.append, {"square": (1000, 1000, 1000)}, repeats=5, clock=clock,
                                        budget_s=0.5)
     assert slower["square"]["repeats"] == 1
