@@ -68,9 +68,10 @@ def measure_matmul_peak(make_matmul: Callable[[int, int, int], Callable[[], obje
                         shapes: Dict[str, Tuple[int, int, int]], repeats: int = 5, min_time_s: float = 0.2,
                         clock: Callable[[], float] = time.perf_counter, budget_s: float = 2.0) -> "OrderedDict":
     """FLOP/s of dense products of each shape: after one synchronised warm-up product, enough products
-    per measurement to last ``min_time_s`` (from the fastest of up to ``CALIBRATIONS`` products), synchronised, ``repeats`` measurements, the median.  A product so slow
-    that ``repeats`` measurements would take over ``budget_s`` (bf16 on a CPU without bf16 instructions: seconds
-    each) gets as many as fit, at least one; the entry's ``repeats`` says how many ran."""
+    per measurement to last ``min_time_s`` (counted from the fastest of up to ``CALIBRATIONS`` products),
+    synchronised, ``repeats`` measurements, the median.  A product so slow that ``repeats`` measurements would
+    take over ``budget_s`` (bf16 on a CPU without bf16 instructions: seconds each) gets as many as fit, at least
+    one; the entry's ``repeats`` says how many ran."""
     if repeats < 1:
         raise ValueError("repeats must be at least 1, got %r" % (repeats,))
     out = OrderedDict()
