@@ -845,3 +845,43 @@ def test_the_report_alone_records_a_row_whose_runner_was_killed_outright(records
     assert results.read_record(str(records_dir / "records" / "jax.json"))["status"] == "ok"
     assert sorted(os.listdir(stage)) == ["jax.killed.json", "jax.owner"]
     assert "not finished (interrupted): the runner (pid %d)" % os.getpid() in out.read_text()
+
+
+def test_data_parallel_table_gives_each_row_the_single_process_speed_and_names_simulated_hosts(tmp_path):
+    """MXNet dist_sync is held to --mxnet-dp local (W devices, one process), but its *1 worker audio s/s* is the one
+    process's; a record of the preset's former lengths is no twin; tools/simulate_hosts.sh's hosts say simulated."""
+    from runner.dp.hosts import SIMULATED_PREFIX
+    from runner.report.data_parallel import equivalence_rows
+    from tests.conftest import ROOT
+    single = fixture_record("mxnet", "MXNet", LOSSES, 450.0, device="Intel Xeon")
+    dist = _dp_record(tmp_path, "mxnet", "MXNet", 400.0, mode="dist_sync")
+    dist["distributed"]["hosts"] = [{"host": SIMULATED_PREFIX + "1", "processes": 1},
+                                    {"host": SIMULATED_PREFIX + "2", "processes": 1}]
+    local = _dp_record(tmp_path, "mxnet", "MXNet", 380.0, mode="local", hosts=1)
+    torch = _dp_record(tmp_path, "pytorch", "PyTorch", 300.0)
+    former = fixture_record("pytorch", "PyTorch", LOSSES, 500.0, device="Intel Xeon")
+    former["data"]["lengths"] = list(range(1, 16))                # the smoke preset's former 15 lengths
+    rows = {r["Row"]: r for r in equivalence_rows([single, dist, local, torch, former])}
+    assert rows["mxnet fp32 (dist_sync)"]["1 worker audio s/s"] == 450.0
+    assert rows["mxnet fp32 (dist_sync)"]["Hosts"].startswith("2 simulated hosts (%s1:1" % SIMULATED_PREFIX)
+    assert rows["mxnet fp32 (local)"]["1 worker audio s/s"] == 450.0
+    assert rows["pytorch fp32"]["Hosts"] == "2 hosts (a:1, b:1)"
+    assert rows["pytorch fp32"]["1 worker audio s/s"] is None          # the only one-process run had other data
+    assert rows["pytorch fp32"]["Equivalent"] == "no single-worker record with batch 8"
+    script = open(os.path.join(ROOT, "tools", "simulate_hosts.sh")).read()
+    assert "\nPREFIX=%s\n" % SIMULATED_PREFIX.rstrip(".") in script    # the addresses the script gives
+
+
+def test_a_record_of_the_presets_former_lengths_is_compared_with_none_of_todays_records():
+    """Its losses are other batches': against today's PyTorch row or float64 control they would read as a 280 %
+    disagreement. It is a benchmark of its own, named so in every table."""
+    from runner.report.checks import control_for
+    today = fixture_record("pytorch", "PyTorch", LOSSES, 500.0)
+    control = fixture_record("pytorch", "PyTorch", LOSSES, 100.0, precision="fp64")
+    former = fixture_record("jax", "JAX", LOSSES, 400.0)
+    former["data"]["lengths"] = list(range(1, 16))
+    assert report_records.pytorch_twin(former, [today, control]) is None
+    assert control_for(former, [control]) is None
+    assert report_records.pytorch_twin(fixture_record("jax", "JAX", LOSSES, 400.0), [today]) is today
+    assert report_records.preset_label(former) == "smoke, 15 lengths"
+    assert report_records._group_key(former)[0] == "smoke, 15 lengths"

@@ -10,8 +10,8 @@ from common import results
 from common.onnx_check import HELD_OUT_BATCH_SIZE, HELD_OUT_SECONDS, ONNX_RTOL, REPEATS
 from common.spec import CONTROL_PRECISION
 
-from runner.report.records import (K_STEPS, _fmt, _group_key, _label, _number, _ok, md_table, pytorch_twin,
-                                   row_of_record, trajectory)
+from runner.report.records import (K_STEPS, _fmt, _group_key, _label, _number, _ok, md_table, preset_label,
+                                   pytorch_twin, row_of_record, trajectory)
 
 
 def agreement_rows(records: List[dict], controls: Optional[List[dict]] = None) -> List[OrderedDict]:
@@ -29,7 +29,7 @@ def agreement_rows(records: List[dict], controls: Optional[List[dict]] = None) -
             if n:
                 rel = float(np.max(np.abs(mine[:n] - theirs[:n]) / np.abs(theirs[:n])))
         rows.append(OrderedDict([
-            ("Row", _label(rec)), ("Device", (rec.get("device") or {}).get("name")), ("Preset", rec.get("preset")),
+            ("Row", _label(rec)), ("Device", (rec.get("device") or {}).get("name")), ("Preset", preset_label(rec)),
             ("Batch", rec.get("batch_size")), ("First loss", loss.get("framework")), ("NumPy reference", loss.get("reference")),
             ("Rel. diff", loss.get("rel_diff")), ("Check", "pass" if loss.get("ok") else "FAIL"),
             ("Max rel. diff of first %d step losses vs PyTorch" % K_STEPS,
@@ -79,7 +79,7 @@ def control_section(records: List[dict], controls: List[dict]) -> str:
         own = control_deviation(torch32[0], c) if torch32 else None
         parts.append("%s, batch %s, %s: first loss %s, relative difference from the NumPy reference %s; PyTorch "
                      "fp32's own deviation over its %d steps: %s" % (
-                         c.get("preset"), c.get("batch_size"), (c.get("device") or {}).get("name"),
+                         preset_label(c), c.get("batch_size"), (c.get("device") or {}).get("name"),
                          _fmt(loss.get("framework"), "{:.9f}"), _fmt(loss.get("rel_diff"), "{:.1e}"),
                          len(trajectory(c)), _fmt(own, "{:.1e}")))
     return ("**Float64 control.** The PyTorch notebook run in float64 (`run_all.py --frameworks pytorch --precision "
@@ -118,7 +118,7 @@ def onnx_rows(records: List[dict]) -> List[OrderedDict]:
         if o.get("status") == "ok" and o.get("workaround"):
             reason = "workaround: %s" % o["workaround"]
         rows.append(OrderedDict([
-            ("Row", _label(rec)), ("Preset", rec.get("preset")), ("Batch", rec.get("batch_size")),
+            ("Row", _label(rec)), ("Preset", preset_label(rec)), ("Batch", rec.get("batch_size")),
             ("Device", (rec.get("device") or {}).get("name")), ("ONNX", o.get("status") or "\u2013"),
             ("Exporter", ("%s %s" % (o.get("exporter") or "", o.get("exporter_version") or "")).strip() or None),
             ("Opset", o.get("opset")), ("MB", _number(o.get("bytes")) / 1e6 if _number(o.get("bytes")) else None),
@@ -149,7 +149,7 @@ def experiment_onnx_lines(results_dir: str, output: str) -> List[str]:
         link = os.path.relpath(os.path.join(base, name), os.path.dirname(os.path.abspath(output)))
         lines.append("- [%s](%s): %d of %d exports pass (%s); the largest difference from the framework %s, from the "
                      "NumPy reference %s." % (link, link, len(ok), len(recs), ", ".join(sorted(set(
-                         "%s %s" % (r.get("preset"), (r.get("device") or {}).get("name")) for r in recs))),
+                         "%s %s" % (preset_label(r), (r.get("device") or {}).get("name")) for r in recs))),
                          _fmt(worst("vs_framework"), "{:.1e}"), _fmt(worst("vs_reference"), "{:.1e}")))
     return lines
 
@@ -297,7 +297,7 @@ def convention_rows(records: List[dict], records_dir: str, controls: Optional[Li
             continue
         groups = tensor_groups([n for n in theirs if n in mine], rec.get("config") or {})
         row = OrderedDict([("Row", label), ("Device", (rec.get("device") or {}).get("name")),
-                           ("Preset", rec.get("preset"))])
+                           ("Preset", preset_label(rec))])
         for group, title in (("parameters", "Parameters"), ("rnn_biases", "RNN biases"),
                              ("running_means", "Running means"), ("running_vars", "Running variances")):
             names = groups[group]

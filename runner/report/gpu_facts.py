@@ -12,7 +12,7 @@ from common.spec import DEEPMARK_SCALE, PRESETS
 
 from runner.envs.gpu_preflight import BUILDS, arch_verdict
 from runner.report.latency import latency_share
-from runner.report.records import _speed, is_gpu, stopped_early
+from runner.report.records import _speed, is_gpu, preset_label, stopped_early
 from runner.run.targets import ALL_TARGETS
 
 #: the cards the audit is read for: (compute capability, the cards of that architecture)
@@ -75,9 +75,9 @@ def ran_lines(gpu: List[dict], records_dir: str, output: str) -> List[str]:
     if not gpu:
         return ["- **Has run on a GPU:** nothing yet: no record here ran on a GPU."]
     lines = ["- **Has run on a GPU** (one line per row, preset, batch size, card and route; per precision its "
-             "outcome, how long its run took, and its record):"]
+             "outcome, on the full model how long its run took, and its record):"]
     times = {id(rec): (wall, deepmark) for rec, wall, deepmark in wall_estimates(gpu)}
-    key = lambda r: (r.get("target", ""), r.get("preset", ""), r.get("batch_size"),
+    key = lambda r: (r.get("target", ""), preset_label(r) or "", r.get("batch_size"),
                      (r.get("device") or {}).get("name") or "unknown GPU", route(r))
     for (target, preset, batch, card, how), recs in _by_row(gpu, key).items():
         withouts = {id(rec): _without(rec) for rec in recs if id(rec) in times}
@@ -120,7 +120,7 @@ def fastest_lines(gpu: List[dict], records_dir: str, output: str, latency: Dict[
     for card, (rec, speed) in best.items():
         share = latency_share(rec, latency)
         entries.append("on an %s, `%s` at %s (%s, batch %s): %.0f audio-s/s, %s (%s)" % (
-            card, rec.get("target"), rec.get("precision"), rec.get("preset"), rec.get("batch_size"), speed,
+            card, rec.get("target"), rec.get("precision"), preset_label(rec), rec.get("batch_size"), speed,
             "%.0f%% of the card's latency-aware roofline" % (100 * share) if share is not None
             else "no latency figures for the card", _record_link(rec, records_dir, output)))
     return ["- **Fastest on each card** (the full model; any row, precision and route): %s." % "; ".join(entries)]

@@ -5,7 +5,7 @@ from typing import List, Optional
 
 from common import envinfo
 
-from runner.report.records import _label, _number
+from runner.report.records import _label, _number, preset_label
 
 
 def environment_rows(records: List[dict]) -> List[OrderedDict]:
@@ -17,7 +17,7 @@ def environment_rows(records: List[dict]) -> List[OrderedDict]:
         extra = ", ".join("%s %s" % (k, v) for k, v in sorted(versions.items())
                           if k not in ("framework", "python", "numpy") and v is not None)
         rows.append(OrderedDict([
-            ("Row", _label(rec)), ("Preset", rec.get("preset")), ("Batch", rec.get("batch_size")),
+            ("Row", _label(rec)), ("Preset", preset_label(rec)), ("Batch", rec.get("batch_size")),
             ("Status", rec["status"]), ("Framework version", versions.get("framework")), ("Python", versions.get("python") or env.get("python")),
             ("NumPy", versions.get("numpy")), ("Other versions", extra or None),
             ("GPU", ", ".join(g.get("name", "?") for g in gpus) or None),

@@ -86,8 +86,10 @@ def short_device(name: Optional[str]) -> str:
 
 
 def _group_key(rec: dict):
-    """Records that ran the same benchmark on the same device compare directly."""
-    return (rec.get("preset"), rec.get("batch_size"), rec.get("scale"), rec.get("seed"),
+    """Records that ran the same benchmark on the same device compare directly: the same data (the preset as
+    :func:`preset_label` names it: a record of the preset's former lengths is a benchmark of its own), batch size,
+    scale and seed."""
+    return (preset_label(rec), rec.get("batch_size"), rec.get("scale"), rec.get("seed"),
             (rec.get("device") or {}).get("name"))
 
 

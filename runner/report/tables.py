@@ -304,7 +304,7 @@ def peak_rows(records: List[dict]) -> "OrderedDict":
             peak = f.get("peak_matmul") or {}
             if not peak:
                 continue
-            row = OrderedDict([("Row", row_name(rec)), ("Preset", rec.get("preset")),
+            row = OrderedDict([("Row", row_name(rec)), ("Preset", preset_label(rec)),
                                ("Precision", rec.get("precision")), ("Batch", rec.get("batch_size"))])
             shapes = []
             for name in ("square", "input", "recurrent"):
@@ -331,7 +331,7 @@ def profile_rows(records: List[dict]) -> List[OrderedDict]:
         prof = rec["profile"]
         batch = prof.get("batch") or {}
         row = OrderedDict([("Row", _label(rec)), ("Device", (rec.get("device") or {}).get("name")),
-                           ("Preset", rec.get("preset")), ("Batch", rec.get("batch_size")),
+                           ("Preset", preset_label(rec)), ("Batch", rec.get("batch_size")),
                            ("Profiled step", "%s s \u00d7 %s" % (batch.get("seconds"), batch.get("batch_size"))
                             if batch.get("seconds") else None),
                            ("Step s", _number(prof.get("step_s")))])
@@ -375,7 +375,7 @@ def step_time_rows(records: List[dict]) -> List[OrderedDict]:
     for rec in _ok(records):
         per = rec["timing"].get("per_length") or {}
         row = OrderedDict([("Row", _label(rec)), ("Device", (rec.get("device") or {}).get("name")),
-                           ("Preset", rec.get("preset")), ("Batch", rec.get("batch_size"))])
+                           ("Preset", preset_label(rec)), ("Batch", rec.get("batch_size"))])
         fit = step_time_fit(per)
         shown = fit is not None and fit["r2"] >= FIT_MIN_R2
         row["Fixed ms"] = fit["fixed_ms"] if shown else None
