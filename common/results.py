@@ -287,8 +287,8 @@ def _derived(row) -> Dict[str, Optional[str]]:
     peak = _get(row, "memory.device_peak_bytes")
     if peak is None and _get(row, "device.type") == "cpu":   # a CPU run's device memory is the host's: its peak
         peak = _get(row, "memory.host_peak_rss_training_bytes")   # through the warm-up and the timed pass (a
-        if peak is None:                                           # profile after them can take far more)
-            peak = _get(row, "memory.host_peak_rss_bytes")
+        if peak is None and not _get(row, "profile.tool"):         # profile after them can take far more: an
+            peak = _get(row, "memory.host_peak_rss_bytes")         # older profiled record's peak is not shown
     status = _get(row, "status") or "?"
     version = _get(row, "versions.framework")
     return {

@@ -885,3 +885,15 @@ def test_a_record_of_the_presets_former_lengths_is_compared_with_none_of_todays_
     assert report_records.pytorch_twin(fixture_record("jax", "JAX", LOSSES, 400.0), [today]) is today
     assert report_records.preset_label(former) == "smoke, 15 lengths"
     assert report_records._group_key(former)[0] == "smoke, 15 lengths"
+
+
+def test_the_rnn_split_is_a_dash_where_the_profile_does_not_make_it_and_the_rnn_total_sums_it():
+    split = dict(PROFILE, shares=dict(PROFILE["shares"], rnn_input=0.3, rnn_recurrence=0.25, rnn=0.05))
+    rows = {r["Row"]: r for r in tables.profile_rows([
+        fixture_record("pytorch", "PyTorch", LOSSES, 500.0, profile=PROFILE),
+        fixture_record("tensorflow", "TensorFlow", LOSSES, 200.0, profile=split)])}
+    torch, tf = rows["pytorch fp32"], rows["tensorflow fp32"]
+    assert torch["rnn_input %"] is None and torch["rnn_recurrence %"] is None          # not 0.0: not told apart
+    assert torch["rnn %"] == pytest.approx(60.0) and torch[tables.RNN_TOTAL] == pytest.approx(60.0)
+    assert tf["rnn_input %"] == pytest.approx(30.0) and tf[tables.RNN_TOTAL] == pytest.approx(60.0)
+    assert list(tf).index("rnn %") + 1 == list(tf).index(tables.RNN_TOTAL)

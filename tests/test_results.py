@@ -98,13 +98,17 @@ def test_load_and_render(tmp_path):
 
 def test_peak_memory_column_is_the_training_peak_where_the_record_has_it(tmp_path):
     """On a CPU the table's peak memory is the process's peak at the end of the timed pass (a profiled step after
-    it can take several times more); a record from before that field shows the process's peak at the record."""
+    it can take several times more); a record from before that field shows the process's peak at the record, unless
+    it was profiled (that peak is the profiler's: a dash)."""
     with_training = ok_record("pytorch", memory={"host_peak_rss_bytes": 20 * 2 ** 30,
                                                  "host_peak_rss_training_bytes": 4 * 2 ** 30})
     results.write_record(str(tmp_path / "a.json"), with_training)
     results.write_record(str(tmp_path / "b.json"), ok_record("jax", speed=300.0, framework="JAX"))
+    profiled = ok_record("mxnet", framework="MXNet", memory={"host_peak_rss_bytes": 20 * 2 ** 30},
+                         profile={"tool": "profiler", "categories": {}})
+    results.write_record(str(tmp_path / "c.json"), profiled)
     md = results.render_markdown(results.load_records(str(tmp_path)), columns=["Framework", "Peak mem GiB"])
-    assert md.strip().splitlines()[2:] == ["| JAX | 1.00 |", "| PyTorch | 4.00 |"]
+    assert md.strip().splitlines()[2:] == ["| JAX | 1.00 |", "| MXNet | \u2013 |", "| PyTorch | 4.00 |"]
 
 
 def test_empty_directory(tmp_path):

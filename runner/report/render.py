@@ -42,8 +42,8 @@ from runner.report.provenance import environment_rows, provenance_rows
 from runner.report.records import K_STEPS, dp_label, md_table
 from runner.report.gpu_facts import TITLE, before_you_rent
 from runner.report.latency import load_latency
-from runner.report.tables import (FIT_MIN_R2, peak_section, profile_rows, record_tables, speed_section, step_time_rows,
-                                  summary_section)
+from runner.report.tables import (FIT_MIN_R2, RNN_TOTAL, peak_section, profile_rows, record_tables, speed_section,
+                                  step_time_rows, summary_section)
 
 
 # ---- the page ----------------------------------------------------------------------------
@@ -83,8 +83,10 @@ def _top_lines(records, all_records, output, image, header, records_dir, latency
         "",
     ] + (record_tables(records, output) if records else ["_No result records._\n"]) + [
         "Audio s/s: seconds of audio trained per second of wall time over the timed pass (the headline). "
-        "Fwd ms: forward-only milliseconds for a batch of 1 s and of 15 s utterances. Peak mem: device memory "
-        "on a GPU, the process's peak resident memory on a CPU. First-loss check: relative difference from the "
+        "Fwd ms: forward-only milliseconds for a batch of 1 s and of 15 s utterances (a dash: the preset has no "
+        "15-s batch, or the run left the forward timing out). Peak mem: device memory on a GPU; on a CPU the "
+        "process's peak resident memory through the warm-up and the timed pass (a dash: a profiled record older "
+        "than that figure, whose only peak includes the profiler's). First-loss check: relative difference from the "
         "NumPy reference." + (" A row marked *(as installed)* ran in an interpreter whose frameworks were already "
                               "installed (`run_all.py --use-installed`): its versions, under Environments, are not "
                               "the pins'." if any(r.get("as_is") for r in all_records) else "")
@@ -131,9 +133,12 @@ def _speed_lines(records, image, latency=None) -> List[str]:
         "One training step on a batch of 8-second utterances under the framework's own profiler "
         "(`run_all.py --profile`): the share of the profiled operations' own time in each category, as each "
         "notebook classifies its framework's operation names (`common/profile.py`). Profiling slows a step "
-        "down; the shares, not the seconds, are the result.",
+        "down; the shares, not the seconds, are the result. `rnn_input` and `rnn_recurrence` are the RNN's input "
+        "products and its recurrence where the framework's operations tell them apart (TensorFlow's); elsewhere a "
+        "dash, and `rnn` holds the whole RNN. *%s* sums the three." % RNN_TOTAL,
         "",
-        md_table(profile_rows(records), dict({"Step s": "{:.3f}"}, **{"%s %%" % c: "{:.1f}" for c in CATEGORIES}))
+        md_table(profile_rows(records), dict({"Step s": "{:.3f}", RNN_TOTAL: "{:.1f}"},
+                                             **{"%s %%" % c: "{:.1f}" for c in CATEGORIES}))
         if profile_rows(records) else "_No record has a profile section._\n",
     ]
 

@@ -321,6 +321,11 @@ def peak_rows(records: List[dict]) -> "OrderedDict":
     return out
 
 
+#: the RNN's categories a profile may tell apart from the rest of "rnn" (a dash where it does not), and their sum
+RNN_SPLIT = ("rnn_input", "rnn_recurrence")
+RNN_TOTAL = "RNN in all %"
+
+
 def profile_rows(records: List[dict]) -> List[OrderedDict]:
     """One row per completed record with a ``profile`` section: the share of the profiled step's time
     in each category (percent), the profiled batch and step time, the tool."""
@@ -335,9 +340,13 @@ def profile_rows(records: List[dict]) -> List[OrderedDict]:
                            ("Profiled step", "%s s \u00d7 %s" % (batch.get("seconds"), batch.get("batch_size"))
                             if batch.get("seconds") else None),
                            ("Step s", _number(prof.get("step_s")))])
+        split = any(_number(prof["shares"].get(c)) for c in RNN_SPLIT)   # the tool told them apart
         for c in used:
             share = _number(prof["shares"].get(c))
-            row["%s %%" % c] = 100.0 * share if share is not None else None
+            row["%s %%" % c] = None if share is None or (c in RNN_SPLIT and not split) else 100.0 * share
+            if c == "rnn":
+                parts = [_number(prof["shares"].get(k)) for k in RNN_SPLIT + ("rnn",)]
+                row[RNN_TOTAL] = 100.0 * sum(p for p in parts if p) if any(p is not None for p in parts) else None
         row["Tool"] = prof.get("tool")
         other = prof.get("largest_other") or []
         row["Largest in other"] = ", ".join(str(n)[:40] for n, _ in other[:3]) or None
