@@ -897,3 +897,17 @@ def test_the_rnn_split_is_a_dash_where_the_profile_does_not_make_it_and_the_rnn_
     assert torch["rnn %"] == pytest.approx(60.0) and torch[tables.RNN_TOTAL] == pytest.approx(60.0)
     assert tf["rnn_input %"] == pytest.approx(30.0) and tf[tables.RNN_TOTAL] == pytest.approx(60.0)
     assert list(tf).index("rnn %") + 1 == list(tf).index(tables.RNN_TOTAL)
+
+
+def test_no_line_is_fitted_through_the_step_times_of_batches_that_are_not_full():
+    """On the cpu preset a length's one batch holds 1 to 14 utterances: a line through those medians would not be
+    one batch size's cost per second of length."""
+    per = {str(s): {"median_ms": 10.0 + 20.0 * s, "utterances": 32 * 2, "steps": 2} for s in range(1, 16)}
+    full = fixture_record("pytorch", "PyTorch", LOSSES, 500.0, batch_size=32)
+    full["timing"]["per_length"] = per
+    partial = fixture_record("jax", "JAX", LOSSES, 300.0, batch_size=32)
+    partial["timing"]["per_length"] = dict(per, **{"15": {"median_ms": 310.0, "utterances": 1, "steps": 1}})
+    rows = {r["Row"].split()[0]: r for r in tables.step_time_rows([full, partial])}
+    assert rows["pytorch"]["ms per s of audio"] == pytest.approx(20.0)
+    assert rows["jax"]["ms per s of audio"] is None and rows["jax"]["15 s"] == 310.0
+    assert not tables.full_batches(partial["timing"]["per_length"], 32) and tables.full_batches({}, 32)

@@ -122,8 +122,10 @@ def _speed_lines(records, image, latency=None) -> List[str]:
         "Median milliseconds per training step, by utterance length (seconds). Fixed ms and ms per s of audio: the "
         "least-squares line through a row's medians, step = fixed + (ms per s) x seconds of audio: what a step "
         "costs whatever its length (launches, CTC, the update, host copies) and what each second of audio adds "
-        "(the recurrence above all); shown where the line explains at least %d %% of the medians' variance "
-        "(R²), else –." % round(100 * FIT_MIN_R2),
+        "(the recurrence above all), for a batch of the row's batch size; shown where every length's batches were "
+        "full and the line explains at least %d %% of the medians' variance (R²), else –. On the cpu and smoke "
+        "presets a length's batch holds that length's share of the utterances (on cpu 1 to 14), so their columns "
+        "compare rows, not lengths." % round(100 * FIT_MIN_R2),
         "",
         md_table(step_time_rows(records), dict({"%d s" % s: "{:.1f}" for s in range(1, 16)},
                                                **{"Fixed ms": "{:.1f}", "ms per s of audio": "{:.2f}"})),

@@ -379,13 +379,24 @@ def step_time_fit(per_length: dict) -> Optional[dict]:
     return {"fixed_ms": fixed, "ms_per_s": slope, "r2": 1.0 - residual / syy, "lengths": n}
 
 
+def full_batches(per_length: dict, batch_size) -> bool:
+    """Whether every length's steps were full batches (``utterances`` = ``steps`` x the batch size; a record without
+    those counts is taken as full): on the cpu and smoke presets a length's batch holds that length's share of the
+    utterances (1 to 14), so their step times are not of one batch size and no line fits them."""
+    for v in (per_length or {}).values():
+        if isinstance(v, dict) and v.get("utterances") is not None and v.get("steps") and batch_size and \
+                v["utterances"] != v["steps"] * batch_size:
+            return False
+    return True
+
+
 def step_time_rows(records: List[dict]) -> List[OrderedDict]:
     rows = []
     for rec in _ok(records):
         per = rec["timing"].get("per_length") or {}
         row = OrderedDict([("Row", _label(rec)), ("Device", (rec.get("device") or {}).get("name")),
                            ("Preset", preset_label(rec)), ("Batch", rec.get("batch_size"))])
-        fit = step_time_fit(per)
+        fit = step_time_fit(per) if full_batches(per, rec.get("batch_size")) else None
         shown = fit is not None and fit["r2"] >= FIT_MIN_R2
         row["Fixed ms"] = fit["fixed_ms"] if shown else None
         row["ms per s of audio"] = fit["ms_per_s"] if shown else None
