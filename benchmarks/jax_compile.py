@@ -2,7 +2,8 @@
 do: threads, one shape first, XLA's autotuning; and the levers on the step's speed: the loop in a CUDA graph, the
 notebook's variants.
 
-    python3 benchmarks/jax_compile.py --out jax_compile.json                  # on a GPU: quick, 3 lengths, ~3 min
+    python3 benchmarks/jax_compile.py --settings threads,dump,loaded --out jax_compile.json   # on a GPU: ~3 min
+                                                      # (every setting, the default: 20-80 s each, past one call)
     .venvs/jax-cpu/bin/python benchmarks/jax_compile.py --preset smoke       # a CPU check of the script
 
 On an H200 the JAX row's warm-up took 208 s for its 15 shapes: 16 threads compiled them in 201 s with 2,048 s of

@@ -88,9 +88,9 @@ CASES = [
     case("fatbin-nothing", FATBIN, ["--json"], ["no LIBRARY"]),
     # ---- tools/gpu_session.py ---------------------------------------------------------------------------------
     case("session-deadline-within-the-reserve", SESSION, DRY + ["--deadline-s", "20"],
-         ["argument --deadline-s", "at least 30", "'20'"]),
-    case("session-deadline-below-the-minimum", SESSION, DRY + ["--deadline-s", "29"],
-         ["argument --deadline-s", "at least 30"]),
+         ["argument --deadline-s", "at least 40", "'20'"]),
+    case("session-deadline-below-the-minimum", SESSION, DRY + ["--deadline-s", "39"],
+         ["argument --deadline-s", "at least 40"]),
     case("session-python-not-a-python", SESSION, DRY + ["--python", "{tmp}/not-python"],
          ["--python {tmp}/not-python", "does not run as a Python"]),
     case("session-python-a-directory", SESSION, DRY + ["--python", "{tmp}"], ["--python {tmp}", "no such executable"]),

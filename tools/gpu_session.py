@@ -10,7 +10,8 @@ In order, under its own deadline (``--deadline-s`` from its start; :data:`RESERV
 
 1. the versions and clocks: ``nvidia-smi -q`` (``nvidia-smi.txt``) and the frameworks' versions in the interpreter
    that runs the rows (``versions.json``, with the GPU's clocks from ``nvidia-smi --query-gpu``);
-2. ``benchmarks/rnn_latency.py --out`` (``latency.json``: the recurrence's latency, about 30 s on a GPU);
+2. ``benchmarks/rnn_latency.py --out`` (``latency.json``: the recurrence's latency, about 30 s on a GPU), where
+   ``results/latency`` has no figures for the card (``--latency``: measured again; ``--no-latency``: never);
 3. each row of ``--rows`` (ROW:PRECISION, in order) as ``run_all.py --use-installed ... --skip export,onnx,forward
    --frameworks ROW --precision PRECISION --preset quick --timeout <seconds left>``: in the interpreter ``--python``
    as it is installed, through ``tools/installed_offline.sh`` when ``--wheelhouse`` carries what the runner needs,
@@ -20,7 +21,10 @@ In order, under its own deadline (``--deadline-s`` from its start; :data:`RESERV
    session's marker variable (a run_all.py that needed the SIGKILL wrote nothing: its row's record is the one it
    prepared at the start, :mod:`runner.run.staging`).  After each row its record, executed notebook, logs and
    autotuning results are appended to ``session.tar`` (a copy made whole, then renamed: a killed call still
-   returns every row that finished) and a line to ``summary.tsv``.
+   returns every row that finished) and a line to ``summary.tsv``.  A signal to the session (the device tool's
+   SIGTERM at the call's limit, Ctrl-C) stops the row in flight, which is then kept as one stopped at the
+   deadline is; no row starts after it, and the exit status is 128 + the signal.  Two rows in a row that fail with
+   the same note (a wheelhouse or an interpreter that serves no row) end the rows.
 
 Every row's warm-up is a first run's on this card: the JAX and Keras-on-JAX rows compile with a JAX compilation
 cache of their own (``JAX_COMPILATION_CACHE_DIR``, empty at the start: no program and no autotuning of an earlier
@@ -31,11 +35,13 @@ whole file); they go into the tarball and are merged into the session's copy, so
 later run reads them once they are imported and committed. A JAX or Keras-on-JAX row named twice in ``--rows`` runs
 twice: the second run writes no results, so its warm-up is what a first run on this card takes once the first run's
 results are committed (the default rows run the first JAX row of record twice). ``--no-autotune-dump``: no row
-writes results (a call made after the results of an earlier one were imported), and no row runs twice;
-``--no-latency``: no step 2 (a second call on a card whose figures the first measured). The newest run of a row is
-its row: ``tools/import_session.py`` keeps its record; ``summary.tsv`` and ``session.log`` have both.
+whose committed run on this card wrote the card's results writes them again (a call made after the results of an
+earlier one were imported: its rows compile on every core), a JAX row without such a run still writes them (its
+warm-up is a cold one anyway), and no row runs twice.  The newest run of a row is its row:
+``tools/import_session.py`` keeps its record, unless it failed where an earlier one ran ok; ``summary.tsv`` and
+``session.log`` have both.
 
-What comes back (:data:`OUT_FILES`, six files): ``session.tar`` (``records/``, ``notebooks/``, ``logs/``,
+What comes back (:data:`OUT_FILES`, six files, five without the latency step): ``session.tar`` (``records/``, ``notebooks/``, ``logs/``,
 ``latency/``, ``autotune/``: ``tools/import_session.py`` brings it into a results directory, where
 ``python -m runner.report --results-dir`` reads it),
 ``summary.tsv`` (:data:`COLUMNS`), ``latency.json``, ``versions.json``, ``nvidia-smi.txt`` and ``session.log``
@@ -84,16 +90,18 @@ PROG = "gpu_session.py"
 #: record is run twice (:func:`with_repeat`)
 DEFAULT_ROWS = ("pytorch:fp32,pytorch:tf32,pytorch:bf16,jax:fp32,jax+bidir2:fp32,jax+hoist:fp32,jax+graphs:fp32,"
                 "jax:tf32,jax:bf16,keras-jax:fp32,keras-jax:tf32,keras-jax:bf16,keras-torch:fp32,"
-                "pytorch+bidir2+graphs:bf16,pytorch+bidir2+graphs:tf32,pytorch+bidir2:tf32,pytorch+bidir2:bf16")
+                "pytorch+bidir2+graphs:bf16,pytorch+bidir2+graphs:tf32,pytorch+bidir2:tf32,pytorch+bidir2:bf16,"
+                "pytorch+graphs:bf16,pytorch+graphs:tf32")
 #: what a device session leaves out of every notebook (run_all.py --skip): nothing the GPU adds to
 SKIP = "export,onnx,forward"
-#: seconds of the deadline kept for the end: a killed row's grace, the last append, the clocks after the rows
-RESERVE_S = 20
+#: seconds between SIGTERM and SIGKILL for a row past the deadline (run_all.py stops its kernel in seconds)
+GRACE_S = 10
+#: seconds of the deadline kept for the end: a killed row's grace twice over (its process group, then what carries
+#: the marker), the last append, the clocks after the rows
+RESERVE_S = 2 * GRACE_S + 10
 #: the shortest --deadline-s: the reserve and 10 s for the first step (the versions, then a row given a short
 #: --estimate); a deadline within the reserve would start nothing and still write the session's files
 MIN_DEADLINE_S = RESERVE_S + 10
-#: seconds between SIGTERM and SIGKILL for a row past the deadline (run_all.py stops its kernel in seconds)
-GRACE_S = 10
 #: the estimate of a row: MARGIN x the run's wall seconds (run.wall_s of a committed record: papermill's run of
 #: the notebook, with the export, ONNX and forward timing it then had) + START_S (run_all.py's own start: the
 #: interpreter's preflight imports each framework, the runner builds the data iterator for its checksum; the
@@ -116,20 +124,21 @@ DEFAULT_WALL_S = {
         "keras-torch": 400,     # no GPU record: eager, SimpleRNN a Python loop over the steps; the longest guess
         "pytorch": 120,         # the first H200 run (2026-11-26): 94 s with the export, ONNX and forward timing;
                                 # the device sessions' records 44-65 s without them
-        "pytorch+bidir2+graphs": 120,   # no GPU record: pytorch+graphs's took 33-70 s, pytorch+bidir2's 68 s
+        "pytorch+bidir2+graphs": 90,    # no GPU record: pytorch+graphs's took 33-70 s, pytorch+bidir2's 68 s
     },
     ("smoke", "cpu"): {"pytorch": 60, "jax": 160, "keras-jax": 160, "keras-torch": 60},
 }
 #: a row without a record and without a default above
 UNKNOWN_WALL_S = 480
-#: a variant that compiles its row of record's programs: estimated as that row where it has no record of its own.
-#: jax+graphs: the same HLO, so the same autotuning (XLA puts the loops into command buffers after it has autotuned
-#: the fusions), only the loops replayed from CUDA graphs; a card's results written by the JAX row serve it
+#: a variant that compiles its row of record's programs: estimated as that row where it has no record of its own,
+#: as that row's first run on the card (whether the row of record's autotuning results serve it is not measured:
+#: XLA should put the loops into command buffers after it has autotuned the fusions, so the same HLO would be tuned
+#: the same; until a GPU run of the variant says so, it gets the cold estimate)
 SAME_PROGRAMS = {"jax+graphs": "jax"}
 #: a row's second run reads the autotuning results its first run wrote: its estimate is the first run's wall
 #: seconds with this share of its warm-up (on the H100, three shapes compiled in 4.5 s with the results read against
-#: 63.2 s writing them, 7 %: a quarter leaves room for what the first run's file lacks)
-REPEAT_WARMUP_SHARE = 0.25
+#: 63.2 s writing them, 7 %: twice that leaves room for what the first run's file lacks; MARGIN comes on top)
+REPEAT_WARMUP_SHARE = 0.15
 #: the rows' environment that runs XLA: a row of it may be named twice (its second run reads the first's results)
 XLA_ENV = "jax"
 #: summary.tsv's columns
@@ -219,14 +228,23 @@ def estimate(target: str, precision: str, preset: str, batch_size: int, device_t
             source = "%s: run.wall_s %.0f s" % (name, wall) + ("" if prec == precision else " (its fp32 row)")
             break
     else:
-        if target in SAME_PROGRAMS:
-            est, source = estimate(SAME_PROGRAMS[target], precision, preset, batch_size, device_type, records_dir,
-                                   card, autotune_dir)
+        if target in SAME_PROGRAMS:         # its row of record's first run on the card: no autotuning results
+            est, source = estimate(SAME_PROGRAMS[target], precision, preset, batch_size, device_type, records_dir)
             return est, "no record: %s's, whose programs it compiles (%s)" % (SAME_PROGRAMS[target], source)
         table = DEFAULT_WALL_S.get((preset, device_type), {})
         wall = table.get(target, UNKNOWN_WALL_S)
         source = "no record: the default %d s" % wall
     return int(math.ceil(MARGIN * wall + START_S)), source
+
+
+def first_on_card(target: str, precision: str, card: str, preset: str, batch_size: int,
+                  records_dir: str = os.path.join(ROOT, "results", "records"),
+                  autotune_dir: str = xla_autotune.RESULTS_DIR) -> bool:
+    """Whether a JAX or Keras-on-JAX row has no committed run on this card that wrote XLA's autotuning results into
+    the card's file (:func:`autotuned_run`): under ``--no-autotune-dump`` it still writes them, since its warm-up is
+    a cold one anyway and the next session would pay its autotuning again."""
+    return ALL_TARGETS[target].env == XLA_ENV and autotuned_run(ok_records(records_dir, preset, batch_size), target,
+                                                                precision, card, autotune_dir) is None
 
 
 def gaps_first(rows: List[Tuple[str, str]], card: str, preset: str, batch_size: int,
@@ -334,7 +352,7 @@ def run_until(cmd: List[str], env: Dict[str, str], log_path: str, seconds: float
         CURRENT["proc"] = proc
         try:
             proc.wait(timeout=max(0.0, seconds))
-            killed = False
+            killed = CURRENT["signum"] is not None      # the session's signal handler stopped it
         except subprocess.TimeoutExpired:
             killed = True
         finally:
@@ -343,8 +361,9 @@ def run_until(cmd: List[str], env: Dict[str, str], log_path: str, seconds: float
     return proc.returncode, killed
 
 
-#: the row's process while it runs (a signal to the session stops it)
-CURRENT = {"proc": None, "marker": None}
+#: the row's process while it runs (a signal to the session stops it), and the signal that stopped the session: the
+#: row it stopped is collected like one stopped at the deadline, and no row starts after it
+CURRENT = {"proc": None, "marker": None, "signum": None}
 
 
 # ---- what comes back ----------------------------------------------------------------------------------------------
@@ -473,9 +492,22 @@ def versions(python: str, when: str, out: Out, clock: Deadline, facts: dict) -> 
         json.dump(facts, f, indent=1, sort_keys=True)
 
 
-def latency(args, out: Out, clock: Deadline, env: Dict[str, str], scratch: str) -> None:
+def committed_latency(card: str, results_dir: str = os.path.join(ROOT, "results")) -> Optional[str]:
+    """The card's committed latency figures (``results/latency/<card>.json``, which results.md reads), or None."""
+    path = os.path.join(results_dir, "latency", envinfo.device_slug(card) + ".json")
+    return path if os.path.isfile(path) else None
+
+
+def latency(args, out: Out, clock: Deadline, env: Dict[str, str], scratch: str, card: Optional[str] = None) -> None:
+    """Step 2: benchmarks/rnn_latency.py, where asked (``--latency``) or where the card has no committed figures
+    (``--no-latency``: never): the rows get the seconds a card's second measurement would take."""
     if args.no_latency:
         out.log(clock, "latency: not run (--no-latency)")
+        return
+    committed = committed_latency(card) if card and not args.latency else None
+    if committed:
+        out.log(clock, "latency: not run: %s holds this card's figures (--latency measures them again)"
+                % os.path.relpath(committed, ROOT))
         return
     device = "cpu" if args.dry_run else "cuda"
     est = LATENCY_S[device]
@@ -567,8 +599,8 @@ def run_row(args, target: str, precision: str, out: Out, clock: Deadline, env: D
     t0 = time.monotonic()
     autotune_dir = os.path.join(results_dir, "autotune")      # XLA's autotuning results, on JAX (the notebooks)
     row_env = dict(env, JAX_COMPILATION_CACHE_DIR=os.path.join(scratch, name + ".jax-cache"))   # empty
-    if run == 1 and not args.no_autotune_dump:    # else none written: it compiles on every core, as a user's run
-        row_env[xla_autotune.DUMP_ENV] = autotune_dir
+    if run == 1 and (not args.no_autotune_dump or first_on_card(target, precision, card, args.preset, batch)):
+        row_env[xla_autotune.DUMP_ENV] = autotune_dir    # else none written: it compiles on every core, as a user's
     else:
         row_env.pop(xla_autotune.DUMP_ENV, None)
     code, killed = run_until(cmd, row_env, log, left, env[MARKER])
@@ -605,12 +637,13 @@ def run_row(args, target: str, precision: str, out: Out, clock: Deadline, env: D
         reason = last_line(log)
         values.update(status="skipped" if reason and "no selected row can run" in reason else "failed",
                       note=reason or "run_all.py exited with %s and wrote no record" % code)
+    why = "by signal %d" % CURRENT["signum"] if CURRENT["signum"] is not None else "at the deadline"
     if killed and values.get("status") == "ok":    # the record was whole before: run_all.py was writing results.md
-        values["note"] = "run_all.py stopped at the deadline after %.0f s, its record already written" % took
+        values["note"] = "run_all.py stopped %s after %.0f s, its record already written" % (why, took)
     elif killed:
         values["status"] = "killed"
-        values["note"] = "stopped at the deadline after %.0f s%s" % (took, "; " + str(values.get("note"))
-                                                                     if values.get("note") else "")
+        values["note"] = "stopped %s after %.0f s%s" % (why, took, "; " + str(values.get("note"))
+                                                        if values.get("note") else "")
     if run > 1:
         values["note"] = "run %d%s" % (run, "; " + str(values["note"]) if values.get("note") else "")
     out.tsv(values)
@@ -680,9 +713,10 @@ def scratch_error(scratch: str) -> Optional[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = validate.OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
+    p = validate.OneLineParser(prog=PROG, description=" ".join(__doc__.split("\n\n")[0].split()))
     p.add_argument("--out", required=True, type=validate.non_empty("directory"),
-                   help="the folder that comes back ($OUT): empty or new; the session writes %d files there"
+                   help="the folder that comes back ($OUT): empty or new; the session writes %d files there (one "
+                        "fewer without the latency step)"
                         % len(OUT_FILES))
     p.add_argument("--deadline-s", type=deadline_seconds, default=560, metavar="S",
                    help="seconds from the start by which the session has ended, at least %d (default 560, inside "
@@ -709,8 +743,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="no row writes XLA's autotuning results (so the JAX rows compile on every core): a call after "
                         "one whose results were imported into results/autotune, to time the warm-up they give")
     p.add_argument("--no-latency", action="store_true",
-                   help="no latency benchmark (no latency.json): a second call on a card whose figures the first "
-                        "call measured, its seconds left to the rows")
+                   help="no latency benchmark (no latency.json) even for a card without committed figures (default: "
+                        "measured where results/latency has none for the card)")
+    p.add_argument("--latency", action="store_true",
+                   help="measure the latency figures even where results/latency has the card's")
     p.add_argument("--dry-run", action="store_true",
                    help="on the CPU: --device cpu, the smoke preset, the CPU records' estimates")
     return p
@@ -753,6 +789,8 @@ def errors_of(args) -> List[str]:
                       % (unused[0], ",".join(dict.fromkeys(rows))))
     if args.scratch:
         errors.append(scratch_error(args.scratch))
+    if args.latency and args.no_latency:
+        errors.append("--latency and --no-latency: give one")
     return [e for e in errors if e]
 
 
@@ -787,10 +825,13 @@ def main(argv=None) -> int:
     statuses, runs = [], {}
 
     def on_signal(signum, frame):
+        """The call's limit (the device tool's SIGTERM) or Ctrl-C: the row in flight is stopped here and then
+        collected by run_row like a row stopped at the deadline (its record, notebook, logs and autotuning results
+        into the tarball); no row starts after it."""
+        CURRENT["signum"] = CURRENT["signum"] or signum
+        out.log(clock, "stopped by signal %d: the row in flight is stopped and kept, no row starts after it" % signum)
         if CURRENT["proc"] is not None:
             stop(CURRENT["proc"], marker)
-        out.log(clock, "stopped by signal %d" % signum)
-        raise SystemExit(128 + signum)
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
@@ -803,11 +844,22 @@ def main(argv=None) -> int:
                              "deadline_s": args.deadline_s, "rows": ["%s:%s" % r for r in args.rows], "card": card,
                              "skip": SKIP, "wheelhouse": args.wheelhouse}}
         versions(args.python, "before", out, clock, facts)
-        latency(args, out, clock, env, scratch)
+        if CURRENT["signum"] is None:
+            latency(args, out, clock, env, scratch, card)
+        failed_as = None                  # the note of the last row, where it failed
         for target, precision in args.rows:
+            if CURRENT["signum"] is not None:
+                break
             statuses.append(run_row(args, target, precision, out, clock, env, scratch, card,
                                     runs.setdefault((target, precision), [])))
-        versions(args.python, "after", out, clock, facts)
+            note = runs[(target, precision)][-1].get("note") if runs[(target, precision)] else None
+            if statuses[-1] == "failed" and note and note == failed_as:
+                out.log(clock, "stopped: two rows in a row failed the same way (%s): the interpreter or the "
+                               "wheelhouse, not a row; no row starts after them" % note)
+                break
+            failed_as = note if statuses[-1] == "failed" else None
+        if CURRENT["signum"] is None:
+            versions(args.python, "after", out, clock, facts)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
@@ -818,6 +870,8 @@ def main(argv=None) -> int:
     started = [s for s in statuses if s is not None]
     out.log(clock, "done: %d of %d rows started, %d ok; %d files in %s" % (
         len(started), len(statuses), started.count("ok"), len(os.listdir(out.dir)), out.dir))
+    if CURRENT["signum"] is not None:
+        return 128 + CURRENT["signum"]
     return 0 if started and all(s == "ok" for s in started) else 1
 
 

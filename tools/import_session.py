@@ -9,7 +9,9 @@ Each record (``records/NAME.json``) goes to ``RESULTS/records/``, its executed n
 to ``RESULTS/notebooks/``, and the latency figures (``latency/rnn_latency.json``, ``benchmarks/rnn_latency.py``'s
 output) to ``RESULTS/latency/<card>.json`` (the card's name in lower case, ``nvidia-h200.json``), where
 ``python -m runner.report`` finds them.  A record or a latency file of the same name is replaced: the newest run
-of a row is its row.  XLA's autotuning results (``autotune/jax-<jaxlib>/<card>.<row>.textproto``, written by the
+of a row is its row, unless the record there (or an earlier one of the same name in the tarball) ran ok and the new
+one did not, or started earlier (a tarball imported after a newer one): then the record there and its notebook
+stay, and a line on stderr says so.  XLA's autotuning results (``autotune/jax-<jaxlib>/<card>.<row>.textproto``, written by the
 JAX and Keras-on-JAX rows) are merged into ``RESULTS/autotune/jax-<jaxlib>/<card>.textproto``, where the notebooks
 read them on that card (common/xla_autotune.py): every entry once, the file's own first; one that is not a whole
 results file is left out, and a line on stderr says so.  The logs stay in the tarball (``results/logs`` is not
@@ -27,7 +29,7 @@ import json
 import os
 import sys
 import tarfile
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -46,11 +48,30 @@ class Refused(Exception):
     pass
 
 
+def kept_over(there: dict, incoming: dict) -> Optional[str]:
+    """Why the record ``there`` stays instead of ``incoming`` of the same name (None: ``incoming`` replaces it): it
+    ran ok and ``incoming`` did not, or ``incoming`` started earlier (ISO times in UTC compare as text)."""
+    if there.get("status") == "ok" and incoming.get("status") != "ok":
+        return "it ran ok and the run imported now is %s (%s)" % (incoming.get("status"), incoming.get("error"))
+    started_there, started = (there.get("run") or {}).get("started"), (incoming.get("run") or {}).get("started")
+    if isinstance(started_there, str) and isinstance(started, str) and started < started_there:
+        return "it started at %s, the run imported now at %s" % (started_there, started)
+    return None
+
+
+def notebook_of(rec: dict) -> Optional[str]:
+    """The file name of the record's executed notebook, where it names one."""
+    there = (rec.get("run") or {}).get("executed_notebook")
+    return os.path.basename(there) if isinstance(there, str) and there else None
+
+
 def read_session(tar_path: str) -> Tuple[Dict[str, dict], Dict[str, bytes], List[dict], List[Tuple[str, str]]]:
     """(record name -> record, notebook name -> bytes, latency reports, the autotuning results as (their path under
     ``autotune/``, text) each) from the tarball; :class:`Refused` for anything :func:`main`'s docstring names as bad
-    input."""
+    input.  A row run twice has two records of one name: the later one, unless :func:`kept_over` keeps the earlier
+    (its notebook too: a row's members follow its record)."""
     records, notebooks, latency, autotune = {}, {}, [], []
+    passed_over = set()                   # notebooks of records an earlier one of the same name was kept over
     try:
         tar = tarfile.open(tar_path, "r")
     except (OSError, tarfile.TarError) as e:
@@ -69,7 +90,10 @@ def read_session(tar_path: str) -> Tuple[Dict[str, dict], Dict[str, bytes], List
                 continue
             data = tar.extractfile(member).read()
             if folder == "notebooks":
-                notebooks[name] = data
+                if name in passed_over:
+                    passed_over.discard(name)
+                else:
+                    notebooks[name] = data
                 continue
             if folder == "autotune":
                 autotune.append(("/".join(parts[1:]), data.decode("utf-8", "replace")))
@@ -83,6 +107,11 @@ def read_session(tar_path: str) -> Tuple[Dict[str, dict], Dict[str, bytes], List
                         and name.endswith(".json")):
                     raise Refused("%s: %s is not a run's record (no target or run section)" % (tar_path,
                                                                                             member.name))
+                if name in records and kept_over(records[name], doc):
+                    print("%s: %s: the tarball's earlier run of this row stays: %s" % (
+                        PROG, name, kept_over(records[name], doc)), file=sys.stderr)
+                    passed_over.add(notebook_of(doc) or name[:-len(".json")] + ".ipynb")
+                    continue
                 records[name] = doc
             else:
                 if not (isinstance(doc, dict) and isinstance((doc.get("device") or {}).get("name"), str)):
@@ -100,6 +129,17 @@ def import_session(tar_path: str, results_dir: str) -> Tuple[List[str], List[str
     records, notebooks, latency, autotune = read_session(tar_path)
     results_dir = os.path.abspath(results_dir)
     written = []
+    for name in sorted(records):
+        path = os.path.join(results_dir, "records", name)
+        try:
+            with open(path) as f:
+                there = json.load(f)
+        except (OSError, ValueError):
+            continue                                      # none there, or not a record: the tarball's is written
+        why = kept_over(there, records[name]) if isinstance(there, dict) else None
+        if why:
+            print("%s: %s: the record there stays: %s" % (PROG, os.path.relpath(path, ROOT), why), file=sys.stderr)
+            notebooks.pop(notebook_of(records.pop(name)) or name[:-len(".json")] + ".ipynb", None)
     for name, data in sorted(notebooks.items()):
         path = os.path.join(results_dir, "notebooks", name)
         os.makedirs(os.path.dirname(path), exist_ok=True)

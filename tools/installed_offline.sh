@@ -9,7 +9,7 @@
 #
 #   pip download --dest WHEELHOUSE --only-binary=:all: --python-version 3.12 --platform manylinux_2_28_x86_64 \
 #       --platform manylinux2014_x86_64 papermill nbclient nbformat ipykernel pandas matplotlib tabulate tqdm \
-#       mistune Pygments onnxscript
+#       mistune Pygments onnxscript keras==3.15.1 namex optree       # the last three for the Keras rows
 #
 # (and delete what the image has, e.g. numpy and onnx, to keep it small).  This script makes
 # .venvs/installed on top of PYTHON (--system-site-packages: the image's frameworks stay as they are), installs
