@@ -273,12 +273,12 @@ PRESETS = {
     "smoke": Preset("smoke", SMOKE_MODEL, scale=1, batch_size=8, lengths=(1, 2, 7, 8),
                     purpose="CPU, CI and tests: same structure with small widths, 30 utterances of 4 lengths",
                     peak_square=1024, peak_time_s=0.05),   # a correctness run: its peak frames no speed claim
-    # The full model on a machine without a GPU, sized for at most ~8 minutes per framework on 2 CPU
-    # cores: one utterance per percent point (100 utterances, 594 s of audio) in batches of 8, so the
+    # The full model on a machine without a GPU, sized for minutes per framework on 2 CPU cores (the
+    # committed Xeon records: 5.5 to 12 minutes with a profiled step, docs/benchmark.md): one utterance per percent point (100 utterances, 594 s of audio) in batches of 8, so the
     # long lengths (10-15 s) come in batches of 1-4 utterances -- their recurrence is a matrix-vector
     # product, memory-bound; forward timing once per length.
     "cpu": Preset("cpu", FULL_MODEL, scale=1, batch_size=8, forward_repeats=1,
-                  purpose="the full model on a CPU: 100 utterances (594 s of audio), at most ~8 min per framework "
+                  purpose="the full model on a CPU: 100 utterances (594 s of audio), about 5 to 12 min per framework "
                           "on 2 cores"),
 }
 

@@ -52,6 +52,10 @@ def main(argv=None) -> int:
         interrupt.restore(previous)
 
 
+#: the variables that stand for run_all.py's options: the command a record keeps names them, as a rerun needs them
+OPTION_VARIABLES = ("DS2_USE_INSTALLED", "DS2_GPU_BUILD", "DS2_WHEELHOUSE")
+
+
 class Plan:
     """What run_all.py was asked to do, as :func:`validate` and the steps after it settle it: the rows, the
     environments, the interpreters, the device, the presets and the runs."""
@@ -63,8 +67,9 @@ class Plan:
         self.env_names = list(ENVS) if args.list else sorted(set(t.env for t in self.targets + self.destinations),
                                                              key=list(ENVS).index)
         self.results_dir, self.output = output_paths(args)
-        self.command = "python run_all.py" + "".join(" " + shlex.quote(a)
-                                                     for a in (sys.argv[1:] if argv is None else argv))
+        self.command = "".join("%s=%s " % (v, shlex.quote(os.environ[v])) for v in OPTION_VARIABLES
+                               if os.environ.get(v)) + "python run_all.py" + "".join(
+            " " + shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
         self.pythons, self.notes, self.discovered, self.installed, self.gpu_builds = {}, [], set(), {}, {}
         self.gpus, self.device, self.presets, self.runs, self.installed_facts = [], None, [], [], {}
         self.preset_name_given = args.preset is not None

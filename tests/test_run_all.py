@@ -451,3 +451,18 @@ def test_init_weights_reaches_the_notebook_parameters():
     assert execute.notebook_parameters(ALL_TARGETS["pytorch"], opts, "r.json")["init_weights"] == "/x/y.npz"
     plain = execute.RunOptions(get_preset("smoke"), "fp32", 0, "cpu", "/tmp/r")
     assert "init_weights" not in execute.notebook_parameters(ALL_TARGETS["pytorch"], plain, "r.json")
+
+
+def test_the_command_a_record_keeps_names_the_variables_that_stand_for_options(monkeypatch):
+    """DS2_USE_INSTALLED (which tools/installed_offline.sh sets), DS2_GPU_BUILD and DS2_WHEELHOUSE change the run as
+    their options do: the command in the records names them, so that it can be run again."""
+    from runner import cli
+    from runner.cli_options import build_parser
+    argv = ["--frameworks", "pytorch", "--preset", "smoke"]
+    for name in cli.OPTION_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    assert cli.Plan(build_parser().parse_args(argv), argv).command == "python run_all.py --frameworks pytorch " \
+        "--preset smoke"
+    monkeypatch.setenv("DS2_USE_INSTALLED", "pytorch=/opt/my python/bin/python3")
+    assert cli.Plan(build_parser().parse_args(argv), argv).command == (
+        "DS2_USE_INSTALLED='pytorch=/opt/my python/bin/python3' python run_all.py --frameworks pytorch --preset smoke")

@@ -35,8 +35,6 @@ from runner.base import ROOT
 AGENT = os.path.join(ROOT, "runner", "dp", "host_agent.py")
 #: the variable that marks every process an agent starts (runner/dp/host_agent.py MARKER)
 AGENT_MARKER = "DS2_DP_HOST_RUN"
-#: the addresses tools/simulate_hosts.sh gives its hosts (its PREFIX): network namespaces on one machine
-SIMULATED_PREFIX = "10.77.0."
 #: seconds within which every host must have started a process (run_all.py --join-timeout)
 JOIN_TIMEOUT_S = 60.0
 #: the multi-host launch of each launcher (runner/dp/launch.py LAUNCHERS), in words; None: not supported

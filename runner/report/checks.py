@@ -85,7 +85,8 @@ def control_section(records: List[dict], controls: List[dict]) -> str:
     return ("**Float64 control.** The PyTorch notebook run in float64 (`run_all.py --frameworks pytorch --precision "
             "fp64`) is the trajectory rounding cannot explain away: column *%s* is each fp32 row's largest relative "
             "deviation from it (warm-up and timed steps), to be read against PyTorch fp32's own. The control is no "
-            "row of any table or plot but this one (dashed in the loss plot).\n\n%s.\n" % (CONTROL_COLUMN,
+            "row of the speed tables, the summary or the agreement table (dashed in the loss plot; the convention "
+            "table compares the exports with it, and the environments and provenance list its run).\n\n%s.\n" % (CONTROL_COLUMN,
                                                                                   "; ".join(parts)))
 
 
@@ -170,7 +171,8 @@ def onnx_section(records: List[dict], results_dir: str = "", output: str = "resu
         out += ["%d older record%s no ONNX section (made before the export existed)." % (
             older, " has" if older == 1 else "s have"), ""]
     if experiments:
-        out += ["Experiments with ONNX exports, apart from this table (another machine or preset):", ""] \
+        out += ["Experiments with ONNX exports, apart from this table (their own results directories, each with its "
+                "own results.md: another machine, preset or day):", ""] \
             + experiments + [""]
     return out
 

@@ -123,7 +123,14 @@ def fastest_lines(gpu: List[dict], records_dir: str, output: str, latency: Dict[
             card, rec.get("target"), rec.get("precision"), preset_label(rec), rec.get("batch_size"), speed,
             "%.0f%% of the card's latency-aware roofline" % (100 * share) if share is not None
             else "no latency figures for the card", _record_link(rec, records_dir, output)))
-    return ["- **Fastest on each card** (the full model; any row, precision and route): %s." % "; ".join(entries)]
+    rows = set((rec.get("target"), rec.get("precision")) for rec, _ in best.values())
+    ran = {card: set((r.get("target"), r.get("precision")) for r in gpu
+                     if _speed(r) is not None and ((r.get("device") or {}).get("name") or "unknown GPU") == card)
+           for card in best}
+    unlike = len(rows) > 1 and any(row not in ran[card] for row in rows for card in ran)
+    return ["- **Fastest on each card** (the full model; any row, precision and route): %s.%s" % (
+        "; ".join(entries), " Each card's fastest among the rows it ran, and the cards did not run the same rows: "
+        "a row's speed on two cards is in the table of record." if unlike else "")]
 
 
 def never_lines(gpu: List[dict]) -> List[str]:

@@ -43,13 +43,19 @@ def provenance_rows(records: List[dict]) -> List[OrderedDict]:
         run = rec.get("run") or {}
         key = (run.get("command"), _made_on(rec))
         entry = seen.setdefault(key, {"rows": [], "commits": [], "first": run.get("started"),
-                                      "last": run.get("finished")})
+                                      "last": run.get("finished"), "unnamed": ""})
+        command = run.get("command") or ""
+        if rec.get("as_is") and "use-installed" not in command and "DS2_USE_INSTALLED" not in command:
+            entry["unnamed"] = (" with the frameworks as installed (`DS2_USE_INSTALLED`, which the commands kept "
+                                "then did not name)")
         entry["rows"].append(_label(rec) + (" bs%s" % rec.get("batch_size") if rec.get("batch_size") else ""))
-        if run.get("git_commit") and run["git_commit"][:12] not in entry["commits"]:
-            entry["commits"].append(run["git_commit"][:12])
+        commit = run.get("git_commit")
+        short = commit[:12] + ("-dirty" if commit.endswith("-dirty") else "") if commit else None
+        if short and short not in entry["commits"]:          # -dirty: made from a tree with uncommitted changes
+            entry["commits"].append(short)
         entry["first"] = min(filter(None, [entry["first"], run.get("started")]), default=None)
         entry["last"] = max(filter(None, [entry["last"], run.get("finished")]), default=None)
-    return [OrderedDict([("Command", "`%s`" % cmd if cmd else None), ("Machine", machine),
+    return [OrderedDict([("Command", "`%s`%s" % (cmd, e["unnamed"]) if cmd else None), ("Machine", machine),
                          ("Commits", ", ".join(e["commits"]) or None), ("Started", e["first"]),
                          ("Finished", e["last"]), ("Records", len(e["rows"])), ("Rows", ", ".join(e["rows"]))])
             for (cmd, machine), e in seen.items()]

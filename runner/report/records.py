@@ -31,11 +31,22 @@ def dp_label(rec: dict) -> str:
     return ", ".join(parts)
 
 
+#: what a row named *(LLVM -O0)* ran with, for the pages' legends
+FAST_COMPILE_NOTE = ("*(LLVM -O0)*: XLA compiled the row with LLVM's optimisation off "
+                     "(`--xla_backend_optimization_level=0`, the smoke preset on a CPU, where compiling outlasts "
+                     "training), so its speed is not what the framework reaches")
+
+
+def compiled_fast(rec: dict) -> bool:
+    """Whether the record's XLA ran with LLVM's optimisation off (its name then says *(LLVM -O0)*)."""
+    return FAST_COMPILE_FLAG in str((rec.get("options") or {}).get("xla_flags") or "")
+
+
 def row_name(rec: dict) -> str:
     """The row's target, with its data-parallel setting, *LLVM -O0* and *as installed* where they apply:
     ``mxnet (2 workers, dist_sync, 2 hosts)``, ``jax (LLVM -O0)``, ``pytorch (as installed)``."""
     dp = dp_label(rec)
-    fast = FAST_COMPILE_FLAG in str((rec.get("options") or {}).get("xla_flags") or "")
+    fast = compiled_fast(rec)
     return rec["target"] + (" (%s)" % dp if dp else "") + (" (LLVM -O0)" if fast else "") + \
         (" (as installed)" if rec.get("as_is") else "")
 

@@ -14,7 +14,7 @@ from runner.base import ROOT
 from runner.report.latency import latency_share
 from runner.report.records import (preset_label, _bench_groups, _bench_key, _bench_title, _flops, _fmt, _label,
                                    _number, _ok, _roofline, _speed, dp_label, flop_unit, is_variant, md_table,
-                                   row_name, row_of_record, short_device, is_gpu, stopped_early)
+                                   row_name, row_of_record, short_device, is_gpu, stopped_early, compiled_fast)
 
 
 # ---- the summary: one group per device and preset --------------------------------------------------------
@@ -94,8 +94,14 @@ def _summary_legend(groups: "OrderedDict", short: dict) -> str:
         parts.append("%s%s%s" % (short[full] + " = " if short[full] != full else "", full,
                                  " (%s)" % extra if extra else ""))
     described = [_preset_legend(p, rec) for p, rec in presets.items()]
-    return ("Devices: %s. Presets: %s. Why a row did not finish: its status in the table of record."
-            % ("; ".join(parts), "; ".join(described) or ", ".join(str(p) for p in presets)))
+    fast = ["%s on %s, %s" % (" and ".join(sorted(set(r["target"] for r in recs if compiled_fast(r)))),
+                              short.get(name, name), preset)
+            for (dtype, name, preset), recs in groups.items() if any(compiled_fast(r) for r in recs)]
+    return ("Devices: %s. Presets: %s. Why a row did not finish: its status in the table of record.%s"
+            % ("; ".join(parts), "; ".join(described) or ", ".join(str(p) for p in presets),
+               " XLA compiled with LLVM's optimisation off (`--xla_backend_optimization_level=0`, the smoke preset "
+               "on a CPU, where compiling outlasts training; their speed is not what the framework reaches, and "
+               "the tables name them *(LLVM -O0)*): %s." % "; ".join(fast) if fast else ""))
 
 
 def _preset_legend(label: str, rec: dict) -> str:
@@ -426,13 +432,16 @@ def speed_section(records: List[dict], latency: Optional[dict] = None) -> str:
                                      "Row of record \u00f7 fastest variant": "{:.2f}"}))
         parts.append("\n")
     parts.append("\n".join([
+        "- The headings: the preset, its scale (utterances per percent point of the length mix: scale 1 is 100 "
+        "utterances; `quick`'s 64 is 5 % of a DeepMark epoch, whose scale is 1280) and the seed of the data and "
+        "the weights.",
         "- Variant: `(row of record)` is the framework's highest-level API; a variant (target `<row>+<variant>`, "
         "`run_all.py --variants`) changes what its description says and passes the same checks.",
         "- \u00f7 fastest of group: audio s/s over the group's fastest row (any batch size and precision).",
         "- Achieved: the timed pass's training FLOPs (counted from the model's configuration, forward and backward) "
         "over its train seconds.",
         "- % of matmul peak: achieved over the same notebook's measured square matrix-product rate at the same "
-        "precision. % of shape roofline: achieved over the rate the step would reach if each product ran at the "
+        "precision (a data-parallel row: its W processes' throughput over one process's peak). % of shape roofline: achieved over the rate the step would reach if each product ran at the "
         "rate measured for its shape (the peaks below); over 100 where a fused RNN kernel (cuDNN's) runs the "
         "recurrent products faster than one product of that shape alone. % of latency roofline (where the card's "
         "latency figures are in the results directory's latency/): audio s/s over the bound that the recurrence's dependent steps "
@@ -453,9 +462,11 @@ def peak_section(records: List[dict]) -> str:
         "layers' input product for 8-second utterances, and one step of the recurrence.",
         "- Shape roofline: the FLOP/s of a step whose products each ran at its shape's measured rate -- the "
         "recurrent product forward and its gradient with respect to the previous hidden state (%.0f %% of the "
-        "full model's training FLOPs) at the recurrent rate (`common.flops.shape_roofline`): a ceiling, not an "
-        "estimate." % (100 * sequential_share(FULL_MODEL)),
-        "- None for `smoke` rows: at their widths each measured product is a call overhead of microseconds.",
+        "full model's training FLOPs) at the recurrent rate (`common.flops.shape_roofline`): a reference built from "
+        "separate library products, which a fused RNN kernel such as cuDNN's can beat (rows over 100 %%)."
+        % (100 * sequential_share(FULL_MODEL)),
+        "- No shape roofline for `smoke` rows: their products are measured, but at their widths each is a call "
+        "overhead of microseconds.",
         "", ""])]
     for device, (unit, rows, theoretical) in devices.items():
         parts.append("### %s\n\n" % (device or "unknown device"))
@@ -466,8 +477,14 @@ def peak_section(records: List[dict]) -> str:
             if value is None:
                 continue
             d, u = flop_unit([value])
-            parts.append("\nTheoretical peak of this CPU, %s (%s, not measured): %.3g %s = %s. Assumed: %s.\n"
+            scale = 1e12 if unit == "TFLOP/s" else 1e9
+            measured = [_number(row.get("Square " + unit)) for row in rows if row.get("Precision") == precision]
+            top = max([m * scale for m in measured if m is not None], default=None)
+            over = (" A measured square product reached %.3g %s, above it: the CPU ran faster than the clock the "
+                    "operating system reports (a virtual machine's nominal clock, below its turbo)." % (top / d, u)
+                    if top is not None and top > value else "")
+            parts.append("\nTheoretical peak of this CPU, %s (%s, not measured): %.3g %s = %s. Assumed: %s.%s\n"
                          % (precision, t.get("label") or "theoretical", value / d, u, t.get("basis") or "?",
-                            t.get("assumptions") or "?"))
+                            t.get("assumptions") or "?", over))
         parts.append("\n")
     return "".join(parts)
