@@ -938,3 +938,19 @@ def test_provenance_keeps_a_dirty_commit_and_names_an_unnamed_installed_route():
                               "(`DS2_USE_INSTALLED`, which the commands kept then did not name)")
     rec["run"]["command"] = "DS2_USE_INSTALLED=pytorch=/usr/bin/python3 python run_all.py"
     assert provenance_rows([rec])[0]["Command"] == "`DS2_USE_INSTALLED=pytorch=/usr/bin/python3 python run_all.py`"
+
+
+def test_the_architecture_audit_says_which_builds_were_read_from_their_binaries_and_how_jit_runs():
+    """A V100 has PyTorch only in the cu128/cu126 builds, whose architectures come from PyTorch's build scripts (the
+    index was never reached here): the page says so instead of 'every environment has a build'; a build that runs
+    through the driver's PTX JIT carries its own caveat."""
+    from runner.envs.gpu_preflight import BUILDS
+    volta, ampere, hopper = gpu_facts.audit((7, 0)), gpu_facts.audit((8, 0)), gpu_facts.audit((9, 0))
+    assert "not read from their binaries" in volta["pytorch"] and "cu128" in volta["pytorch"]
+    assert ampere["pytorch"] is None and ampere["jax"] is None                # cu130 and cuda12: read, native
+    assert hopper["tensorflow"].endswith(BUILDS["tensorflow"][0].jit_note)
+    lines = "\n".join(gpu_facts.cannot_lines())
+    assert "every environment has a build" not in lines.split("sm_70:")[1].split("\n")[0]
+    never = "\n".join(gpu_facts.never_lines([_gpu_record("pytorch", "PyTorch", 1300.0)]))
+    assert "- **Rows of record no GPU has finished:** `tensorflow`, `mxnet`, `cntk`, `jax`, `keras-jax`" in never
+    assert "`pytorch`" not in never.split("Rows of record")[1]

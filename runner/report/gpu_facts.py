@@ -138,11 +138,15 @@ def never_lines(gpu: List[dict]) -> List[str]:
     never = [text for key, text in ROUTES.items() if key not in used]
     ran = set(ALL_TARGETS[r["target"]].env for r in gpu if r.get("target") in ALL_TARGETS and r.get("status") == "ok")
     rows = [env for env in BUILDS if env not in ran]
+    finished = set(r["target"] for r in gpu if r.get("status") == "ok")
+    unrun = [t.name for t in ALL_TARGETS.values() if t.row_of_record == t.name and t.name not in finished]
     out = []
     if never:
         out.append("- **Routes no GPU has run:** %s." % "; ".join(never))
     if rows:
         out.append("- **Environments no row has finished in on a GPU:** %s." % ", ".join("`%s`" % e for e in rows))
+    if unrun:
+        out.append("- **Rows of record no GPU has finished:** %s." % ", ".join("`%s`" % t for t in unrun))
     return out
 
 
@@ -151,22 +155,31 @@ def audit(cc: Tuple[int, int]) -> "OrderedDict":
     why none runs}: the best of its builds on that architecture."""
     out = OrderedDict()
     for env, builds in BUILDS.items():
-        verdicts = [arch_verdict(b, cc) for b in builds]
-        if any(how in ("sass", "codegen") for _, how in verdicts):
+        verdicts = [(b,) + arch_verdict(b, cc) for b in builds]
+        native = [b for b, _, how in verdicts if how in ("sass", "codegen")]
+        jit = [b for b, _, how in verdicts if how == "jit"]
+        if any(b.verified for b in native):
             out[env] = None
-        elif any(how == "jit" for _, how in verdicts):
-            out[env] = "only through the driver's JIT of older PTX (minutes at the first start; never run)"
+        elif native:                        # only builds whose architectures this project could not read
+            out[env] = ("%s, whose architectures come from %s build scripts, not read from %s binaries (nor "
+                        "whether %s: never installed here)" % (" or ".join(b.package for b in native),
+                                                               *(("its", "its", "that wheel exists") if len(native) == 1
+                                                                 else ("their", "their", "those wheels exist"))))
+        elif jit:
+            out[env] = "only through the driver's JIT of older PTX (never run): %s" % (
+                jit[0].jit_note or "minutes at the first start")
         else:
-            out[env] = next(reason for reason, _ in verdicts if reason)
+            out[env] = next(reason for _, reason, _ in verdicts if reason)
     return out
 
 
 def cannot_lines() -> List[str]:
-    lines = ["- **What each architecture cannot run** (runner/envs/gpu_preflight.py's audit of each GPU build; the GPU "
-             "preflight says it again on the machine, before anything is installed):"]
+    lines = ["- **What each architecture cannot run, or runs only as said** (runner/envs/gpu_preflight.py's audit of "
+             "each GPU build; the GPU preflight says it again on the machine, before anything is installed):"]
     for cc, cards in CARDS:
         issues = [(env, why) for env, why in audit(cc).items() if why]
-        text = "; ".join("`%s`: %s" % (env, why) for env, why in issues) if issues else "every environment has a build"
+        text = ("; ".join("`%s`: %s" % (env, why) for env, why in issues) if issues
+                else "every environment has a build whose architectures were read from its binaries")
         lines.append("  - %s, sm_%d%d: %s" % (cards, cc[0], cc[1], text))
     return lines
 
