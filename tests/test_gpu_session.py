@@ -561,3 +561,20 @@ def test_import_never_replaces_an_ok_record_with_a_failed_or_older_run(tmp_path)
     import_session.import_session(newer, str(res))
     assert json.loads((res / "records" / "x.json").read_text())["run"]["started"] == "2026-11-28T12:00:00+00:00"
     assert (res / "notebooks" / "x.ipynb").read_bytes() == b"newer"
+
+
+def test_a_tarball_of_autotuning_results_alone_is_imported_and_an_empty_one_refused(tmp_path):
+    """A call killed while its first JAX row ran can return the autotuning results that row had written and no
+    record: they are merged (minutes of autotuning); a tarball with nothing is refused in one line."""
+    tuned = _session_tar(tmp_path / "t.tar", [("autotune/jax-0.11.2/nvidia-h200.jax_fp32.textproto",
+                                               b"version: 3\nresults {\n  device: \"x\"\n  hlo: \"y\"\n}\n")])
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "import_session.py"), tuned,
+                           "--results-dir", str(tmp_path / "res")], cwd=ROOT, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, universal_newlines=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "res" / "autotune" / "jax-0.11.2" / "nvidia-h200.textproto").is_file(), proc.stderr
+    empty = _session_tar(tmp_path / "e.tar", [])
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "import_session.py"), empty,
+                           "--results-dir", str(tmp_path / "res2")], cwd=ROOT, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, universal_newlines=True, timeout=60)
+    assert proc.returncode == 2 and "nothing to import" in proc.stderr and not (tmp_path / "res2").exists()

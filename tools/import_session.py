@@ -23,7 +23,8 @@ session's scratch folder on the device machine, and now names its copy here (rel
 
 Exit status 0, 2 for bad input (one line, before anything is written): a missing or unreadable tarball, a member
 outside ``records/``, ``notebooks/``, ``logs/``, ``latency/`` and ``autotune/jax-<jaxlib>/`` or with a path that
-leaves its folder, a record that is not a run's record, a tarball with neither records nor latency figures.
+leaves its folder, a record that is not a run's record, a tarball with no record, latency figures or autotuning
+results (a call killed before its first row ended returns an empty one).
 """
 import json
 import os
@@ -118,8 +119,9 @@ def read_session(tar_path: str) -> Tuple[Dict[str, dict], Dict[str, bytes], List
                     raise Refused("%s: %s names no device (device.name): not benchmarks/rnn_latency.py's output"
                                   % (tar_path, member.name))
                 latency.append(doc)
-    if not records and not latency:
-        raise Refused("%s holds no record and no latency figures: nothing to import" % tar_path)
+    if not records and not latency and not autotune:
+        raise Refused("%s holds no record, no latency figures and no autotuning results: nothing to import"
+                      % tar_path)
     return records, notebooks, latency, autotune
 
 
