@@ -813,7 +813,7 @@ def main(argv=None) -> int:
     scratch = os.path.abspath(args.scratch) if args.scratch else tempfile.mkdtemp(prefix="ds2-gpu-session-")
     os.makedirs(scratch, exist_ok=True)
     marker = uuid.uuid4().hex
-    CURRENT["marker"] = marker
+    CURRENT.update(marker=marker, signum=None)
     env = dict(os.environ, PYTHONUNBUFFERED="1", **{MARKER: marker})
     if not args.wheelhouse:
         env["DS2_RUNNER"] = "current"
