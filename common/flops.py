@@ -81,12 +81,12 @@ def measure_matmul_peak(make_matmul: Callable[[int, int, int], Callable[[], obje
         sync(run())                                   # warm-up: allocation, kernel choice, compilation
         first = clock() - start
         once, spent = float("inf"), 0.0
-        for _ in range(CALIBRATIONS):                 # the fastest of a few: one slow product would shorten the
-            start = clock()                           # measurements below the preset's time
+        for _ in range(CALIBRATIONS):                 # the fastest of a few: one slow product (a stalled or busy
+            start = clock()                           # core) would shorten every measurement below min_time_s
             sync(run())
             took = clock() - start
             once, spent = min(once, took), spent + took
-            if spent >= min_time_s:                   # a slow product (seconds) calibrates once
+            if spent >= budget_s / 2:                 # products of seconds (bf16 without bf16 instructions)
                 break
         once = max(once, 1e-9)
         iterations = max(1, int(math.ceil(min_time_s / once))) if once < min_time_s else 1

@@ -294,7 +294,7 @@ CASES = [
     case("import-session-member-leaves-its-folder", IMPORT, ["{tmp}/escape.tar", "--results-dir", "{tmp}/res"],
          ["'records/../../x.json'", "not a device session's tarball"]),
     case("import-session-nothing-to-import", IMPORT, ["{tmp}/logs-only.tar", "--results-dir", "{tmp}/res"],
-         ["no record and no latency figures"]),
+         ["no record, no latency figures and no autotuning results"]),
     case("import-session-results-dir-empty", IMPORT, ["{tmp}/logs-only.tar", "--results-dir", ""],
          ["argument --results-dir", "is empty"], cwd="root"),
 ]

@@ -85,15 +85,16 @@ def test_measure_matmul_peak_times_enough_products_and_takes_the_median():
 
 
 def test_one_slow_calibration_product_does_not_shorten_the_measurements():
-    """The iterations per measurement come from the fastest calibration product: a first one 5 times slower (a page
-    fault, a busy core) would otherwise make every measurement last a fifth of ``min_time_s``."""
+    """The iterations per measurement come from the fastest calibration product: a first one 30 times slower (a page
+    fault, a core stalled by its CPU quota) would otherwise make every measurement a single product."""
     clock = FakeClock()
     calls = []
 
     def make(m, k, n):
         def run():
             calls.append(1)
-            clock.now += 0.05 if len(calls) == 2 else 0.01   # the warm-up, then a slow first calibration
+            clock.now += 0.3 if len(calls) == 2 else 0.01    # the warm-up, then a first calibration stalled past
+                                                             # min_time_s (a throttled or busy core)
             return "result"
         return run
 
@@ -120,7 +121,8 @@ def test_a_product_too_slow_for_the_budget_is_measured_fewer_times():
     assert peak["square"]["iterations"] == 1 and peak["square"]["repeats"] == 2
     assert peak["square"]["flops_per_s"] == pytest.approx(2e9 / 0.9)
     assert peak["small"]["repeats"] == 5 and peak["small"]["iterations"] in (20, 21)   # 5 x 0.2 s fit: all 5
-    assert len(synced) == (2 + 2) + (4 + 5)            # warm-up and calibration(s), then each measurement
+    assert len(synced) == (3 + 2) + (4 + 5)            # warm-up and calibrations (two of 0.9 s fill half the
+                                                       # budget), then each measurement
     slower = flops.measure_matmul_peak(make, synced.append, {"square": (1000, 1000, 1000)}, repeats=5, clock=clock,
                                        budget_s=0.5)
     assert slower["square"]["repeats"] == 1

@@ -235,7 +235,7 @@ def test_a_session_reads_the_cards_results_and_a_rows_second_run_reads_what_the_
     with open(out.path["summary.tsv"]) as f:
         lines = f.read().splitlines()[1:]
     wall = runs[0]["wall_s"]
-    assert lines[1].split("\t")[-2] == str(int(-(-(1.15 * max(0.0, wall - 0.75 * min(200.0, wall)) + 20) // 1)))
+    assert lines[1].split("\t")[-2] == str(int(-(-(1.15 * max(0.0, wall - 0.85 * min(200.0, wall)) + 20) // 1)))
     assert lines[1].split("\t")[-1] == "run 2" and lines[0].split("\t")[-1] == ""
     log = open(out.path["session.log"]).read()
     assert "jax fp32 (run 2): started, estimate" in log and "this session's first run" in log
@@ -249,9 +249,13 @@ def test_a_session_reads_the_cards_results_and_a_rows_second_run_reads_what_the_
                           universal_newlines=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert json.loads((res / "records" / "jax_smoke_fp32_bs8_cpu.json").read_text())["run"]["n"] == 2
-    args.no_autotune_dump = True                      # a call after the results were imported: none written
+    args.no_autotune_dump = True                      # a call after the results were imported: none written ...
+    monkeypatch.setattr(gpu_session, "first_on_card", lambda *a: False)     # (a committed run wrote the card's)
     assert gpu_session.run_row(args, "jax", "bf16", out, clock, env, str(scratch), CARD) == "ok"
     assert seen[-1]["dump"] is None and seen[-1]["read"] == 2
+    monkeypatch.setattr(gpu_session, "first_on_card", lambda *a: True)      # ... but for a row the card has none for
+    assert gpu_session.run_row(args, "jax", "tf32", out, clock, env, str(scratch), CARD) == "ok"
+    assert seen[-1]["dump"] == str(scratch / "jax_tf32" / "autotune")
 
 
 def test_a_row_twice_only_where_it_runs_xla_and_the_default_rows_run_the_first_jax_row_twice():
@@ -270,7 +274,7 @@ def test_a_row_twice_only_where_it_runs_xla_and_the_default_rows_run_the_first_j
     twice = gpu_session.rows_list("jax:fp32,jax:bf16,jax:bf16")
     assert gpu_session.with_repeat(twice) == twice                                    # named twice already
     assert gpu_session.repeat_estimate({"wall_s": 300.0, "warmup_s": 200.0}) == (
-        int(-(-(1.15 * (300 - 150) + 20) // 1)), "this session's first run: 300 s, warm-up 200 s, taken at 25 %")
+        int(-(-(1.15 * (300 - 170) + 20) // 1)), "this session's first run: 300 s, warm-up 200 s, taken at 15 %")
     assert gpu_session.repeat_estimate({"wall_s": 300.0}) is None                     # no record: the records' figure
 
 
