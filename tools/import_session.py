@@ -60,10 +60,13 @@ def kept_over(there: dict, incoming: dict) -> Optional[str]:
     return None
 
 
-def notebook_of(rec: dict) -> Optional[str]:
-    """The file name of the record's executed notebook, where it names one."""
+def notebook_of(rec: dict, name: Optional[str] = None) -> Optional[str]:
+    """The file name of the record's executed notebook, where it names one; else, given the record's file ``name``,
+    the notebook of that stem (the name run_all.py gives it)."""
     there = (rec.get("run") or {}).get("executed_notebook")
-    return os.path.basename(there) if isinstance(there, str) and there else None
+    if isinstance(there, str) and there:
+        return os.path.basename(there)
+    return name[:-len(".json")] + ".ipynb" if name else None
 
 
 def read_session(tar_path: str) -> Tuple[Dict[str, dict], Dict[str, bytes], List[dict], List[Tuple[str, str]]]:
@@ -108,10 +111,11 @@ def read_session(tar_path: str) -> Tuple[Dict[str, dict], Dict[str, bytes], List
                         and name.endswith(".json")):
                     raise Refused("%s: %s is not a run's record (no target or run section)" % (tar_path,
                                                                                             member.name))
-                if name in records and kept_over(records[name], doc):
-                    print("%s: %s: the tarball's earlier run of this row stays: %s" % (
-                        PROG, name, kept_over(records[name], doc)), file=sys.stderr)
-                    passed_over.add(notebook_of(doc) or name[:-len(".json")] + ".ipynb")
+                why = kept_over(records[name], doc) if name in records else None
+                if why:
+                    print("%s: %s: the tarball's earlier run of this row stays: %s" % (PROG, name, why),
+                          file=sys.stderr)
+                    passed_over.add(notebook_of(doc, name))
                     continue
                 records[name] = doc
             else:
@@ -141,7 +145,7 @@ def import_session(tar_path: str, results_dir: str) -> Tuple[List[str], List[str
         why = kept_over(there, records[name]) if isinstance(there, dict) else None
         if why:
             print("%s: %s: the record there stays: %s" % (PROG, os.path.relpath(path, ROOT), why), file=sys.stderr)
-            notebooks.pop(notebook_of(records.pop(name)) or name[:-len(".json")] + ".ipynb", None)
+            notebooks.pop(notebook_of(records.pop(name), name), None)
     for name, data in sorted(notebooks.items()):
         path = os.path.join(results_dir, "notebooks", name)
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -150,7 +154,7 @@ def import_session(tar_path: str, results_dir: str) -> Tuple[List[str], List[str
     for name, rec in sorted(records.items()):
         run = rec["run"]
         there = run.get("executed_notebook")
-        base = os.path.basename(there) if isinstance(there, str) and there else None
+        base = notebook_of(rec)
         if base in notebooks:
             run["executed_notebook"] = os.path.relpath(os.path.join(results_dir, "notebooks", base), ROOT)
         run["session"] = {"tarball": os.path.basename(tar_path), "executed_notebook_there": there}

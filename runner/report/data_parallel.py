@@ -13,16 +13,19 @@ SIMULATED_PREFIX = "10.77.0."
 
 
 # ---- results.md: W workers against one -------------------------------------------------------------------
-def single_worker_twin(rec: dict, records: List[dict]) -> Optional[dict]:
-    """The completed single-worker record ``rec`` (W workers) must equal: same target, preset and data
-    (:func:`preset_label`), scale, seed, precision, device and *global* batch size."""
+def same_benchmark(other: dict, rec: dict) -> bool:
+    """Whether ``other`` ran ok what ``rec`` ran: the same target, preset and data (:func:`preset_label`), scale,
+    seed, precision, device and *global* batch size."""
     keys = ("target", "preset", "scale", "seed", "precision", "batch_size")
-    for other in records:
-        if other.get("status") == "ok" and (other.get("distributed") or {}).get("world_size", 1) == 1 and \
-                all(other.get(k) == rec.get(k) for k in keys) and preset_label(other) == preset_label(rec) and \
-                (other.get("device") or {}).get("name") == (rec.get("device") or {}).get("name"):
-            return other
-    return None
+    return (other.get("status") == "ok" and all(other.get(k) == rec.get(k) for k in keys)
+            and preset_label(other) == preset_label(rec)
+            and (other.get("device") or {}).get("name") == (rec.get("device") or {}).get("name"))
+
+
+def single_worker_twin(rec: dict, records: List[dict]) -> Optional[dict]:
+    """The completed single-worker record ``rec`` (W workers) must equal (:func:`same_benchmark`)."""
+    return next((other for other in records if (other.get("distributed") or {}).get("world_size", 1) == 1
+                 and same_benchmark(other, rec)), None)
 
 
 def equivalence_twin(rec: dict, records: List[dict]) -> Optional[dict]:
@@ -34,14 +37,9 @@ def equivalence_twin(rec: dict, records: List[dict]) -> Optional[dict]:
         return single_worker_twin(rec, records)
     if mode != "dist_sync":
         return None
-    keys = ("target", "preset", "scale", "seed", "precision", "batch_size")
-    for other in records:
-        o = other.get("distributed") or {}
-        if other.get("status") == "ok" and o.get("mxnet_dp") == "local" and o.get("world_size") == d.get("world_size") \
-                and all(other.get(k) == rec.get(k) for k in keys) and preset_label(other) == preset_label(rec) and \
-                (other.get("device") or {}).get("name") == (rec.get("device") or {}).get("name"):
-            return other
-    return None
+    return next((other for other in records if (other.get("distributed") or {}).get("mxnet_dp") == "local"
+                 and (other.get("distributed") or {}).get("world_size") == d.get("world_size")
+                 and same_benchmark(other, rec)), None)
 
 
 def simulated(distributed: dict) -> bool:

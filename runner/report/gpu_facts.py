@@ -68,6 +68,11 @@ def _by_row(items: list, key, record=lambda item: item) -> "OrderedDict":
                        for k, v in groups.items())
 
 
+def card_of(rec: dict) -> str:
+    """The GPU a record ran on, by name."""
+    return (rec.get("device") or {}).get("name") or "unknown GPU"
+
+
 def ran_lines(gpu: List[dict], records_dir: str, output: str) -> List[str]:
     """A line per row, preset, batch size, card and route; per precision the outcome, and for a finished run of the
     full model its wall time and the deepmark preset's estimated from it (:func:`wall_estimates`, what a run left
@@ -78,7 +83,7 @@ def ran_lines(gpu: List[dict], records_dir: str, output: str) -> List[str]:
              "outcome, on the full model how long its run took, and its record):"]
     times = {id(rec): (wall, deepmark) for rec, wall, deepmark in wall_estimates(gpu)}
     key = lambda r: (r.get("target", ""), preset_label(r) or "", r.get("batch_size"),
-                     (r.get("device") or {}).get("name") or "unknown GPU", route(r))
+                     card_of(r), route(r))
     for (target, preset, batch, card, how), recs in _by_row(gpu, key).items():
         withouts = {id(rec): _without(rec) for rec in recs if id(rec) in times}
         shared = len(set(withouts.values())) == 1       # every timed run of the line left out the same: said once
@@ -106,12 +111,10 @@ FULL_MODEL_PRESETS = ("quick", "deepmark")
 def fastest_lines(gpu: List[dict], records_dir: str, output: str, latency: Dict[str, dict]) -> List[str]:
     """The fastest finished record of the full model on each card, of any row, precision and route, with its share
     of that card's latency-aware roofline where the card has latency figures (runner/report/latency.py)."""
+    finished = [r for r in gpu if r.get("preset") in FULL_MODEL_PRESETS and _speed(r) is not None]   # a speed
     best = OrderedDict()
-    for rec in sorted(gpu, key=lambda r: str((r.get("device") or {}).get("name"))):
-        speed = _speed(rec)                              # None unless it finished with a speed
-        if rec.get("preset") not in FULL_MODEL_PRESETS or speed is None:
-            continue
-        card = (rec.get("device") or {}).get("name") or "unknown GPU"
+    for rec in sorted(finished, key=lambda r: str((r.get("device") or {}).get("name"))):
+        card, speed = card_of(rec), _speed(rec)
         if card not in best or speed > best[card][1]:
             best[card] = (rec, speed)
     if not best:
@@ -124,8 +127,7 @@ def fastest_lines(gpu: List[dict], records_dir: str, output: str, latency: Dict[
             "%.0f%% of the card's latency-aware roofline" % (100 * share) if share is not None
             else "no latency figures for the card", _record_link(rec, records_dir, output)))
     rows = set((rec.get("target"), rec.get("precision")) for rec, _ in best.values())
-    ran = {card: set((r.get("target"), r.get("precision")) for r in gpu
-                     if _speed(r) is not None and ((r.get("device") or {}).get("name") or "unknown GPU") == card)
+    ran = {card: set((r.get("target"), r.get("precision")) for r in gpu if _speed(r) is not None and card_of(r) == card)
            for card in best}
     unlike = len(rows) > 1 and any(row not in ran[card] for row in rows for card in ran)
     return ["- **Fastest on each card** (the full model; any row, precision and route): %s.%s" % (

@@ -31,10 +31,10 @@ def dp_label(rec: dict) -> str:
     return ", ".join(parts)
 
 
-#: what a row named *(LLVM -O0)* ran with, for the pages' legends
-FAST_COMPILE_NOTE = ("*(LLVM -O0)*: XLA compiled the row with LLVM's optimisation off "
-                     "(`--xla_backend_optimization_level=0`, the smoke preset on a CPU, where compiling outlasts "
-                     "training), so its speed is not what the framework reaches")
+#: what a row named *(LLVM -O0)* ran with, for the pages' legends (the table of record's, the summary's)
+FAST_COMPILE_NOTE = ("XLA compiled with LLVM's optimisation off (`--xla_backend_optimization_level=0`, the smoke "
+                     "preset on a CPU, where compiling outlasts training), so the speed is not what the framework "
+                     "reaches")
 
 
 def compiled_fast(rec: dict) -> bool:
@@ -181,10 +181,15 @@ def _roofline(rec: dict) -> Optional[float]:
     return shape_roofline(config, _flops(rec).get("peak_matmul"))
 
 
+#: the units the tables give FLOP/s in, and their divisors
+FLOP_UNITS = {"GFLOP/s": 1e9, "TFLOP/s": 1e12}
+
+
 def flop_unit(values) -> tuple:
     """(divisor, unit) for FLOP/s values: TFLOP/s when the largest is at least 1e12, else GFLOP/s."""
     values = [v for v in values if v is not None]
-    return (1e12, "TFLOP/s") if values and max(values) >= 1e12 else (1e9, "GFLOP/s")
+    unit = "TFLOP/s" if values and max(values) >= FLOP_UNITS["TFLOP/s"] else "GFLOP/s"
+    return FLOP_UNITS[unit], unit
 
 
 def _ok(records: List[dict]) -> List[dict]:

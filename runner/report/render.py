@@ -90,7 +90,7 @@ def _top_lines(records, all_records, output, image, header, records_dir, latency
         "NumPy reference." + (" A row marked *(as installed)* ran in an interpreter whose frameworks were already "
                               "installed (`run_all.py --use-installed`): its versions, under Environments, are not "
                               "the pins'." if any(r.get("as_is") for r in all_records) else "")
-        + (" A row named %s." % FAST_COMPILE_NOTE if any(compiled_fast(r) for r in records) else "")
+        + (" A row named *(LLVM -O0)*: %s." % FAST_COMPILE_NOTE if any(compiled_fast(r) for r in records) else "")
         + (" A data-parallel row (*W workers*, with MXNet's mode and the hosts) ran a script made from its notebook, "
            "which the repository does not keep: *source, 9b* links the notebook, whose section 9b is that code."
            if any(dp_label(r) for r in records) else ""),

@@ -14,7 +14,8 @@ from runner.base import ROOT
 from runner.report.latency import latency_share
 from runner.report.records import (preset_label, _bench_groups, _bench_key, _bench_title, _flops, _fmt, _label,
                                    _number, _ok, _roofline, _speed, dp_label, flop_unit, is_variant, md_table,
-                                   row_name, row_of_record, short_device, is_gpu, stopped_early, compiled_fast)
+                                   row_name, row_of_record, short_device, is_gpu, stopped_early, compiled_fast,
+                                   FAST_COMPILE_NOTE, FLOP_UNITS)
 
 
 # ---- the summary: one group per device and preset --------------------------------------------------------
@@ -99,9 +100,7 @@ def _summary_legend(groups: "OrderedDict", short: dict) -> str:
             for (dtype, name, preset), recs in groups.items() if any(compiled_fast(r) for r in recs)]
     return ("Devices: %s. Presets: %s. Why a row did not finish: its status in the table of record.%s"
             % ("; ".join(parts), "; ".join(described) or ", ".join(str(p) for p in presets),
-               " XLA compiled with LLVM's optimisation off (`--xla_backend_optimization_level=0`, the smoke preset "
-               "on a CPU, where compiling outlasts training; their speed is not what the framework reaches, and "
-               "the tables name them *(LLVM -O0)*): %s." % "; ".join(fast) if fast else ""))
+               " %s: %s (the tables name them *(LLVM -O0)*)." % (FAST_COMPILE_NOTE, "; ".join(fast)) if fast else ""))
 
 
 def _preset_legend(label: str, rec: dict) -> str:
@@ -441,9 +440,9 @@ def speed_section(records: List[dict], latency: Optional[dict] = None) -> str:
         "- Achieved: the timed pass's training FLOPs (counted from the model's configuration, forward and backward) "
         "over its train seconds.",
         "- % of matmul peak: achieved over the same notebook's measured square matrix-product rate at the same "
-        "precision (a data-parallel row: its W processes' throughput over one process's peak). % of shape roofline: achieved over the rate the step would reach if each product ran at the "
-        "rate measured for its shape (the peaks below); over 100 where a fused RNN kernel (cuDNN's) runs the "
-        "recurrent products faster than one product of that shape alone. % of latency roofline (where the card's "
+        "precision (a data-parallel row: its W processes' throughput over one process's peak). % of shape "
+        "roofline: achieved over the rate the step would reach if each product ran at the rate measured for its "
+        "shape (the peaks below); over 100 where a fused RNN kernel (cuDNN's) runs the recurrent products faster than one product of that shape alone. % of latency roofline (where the card's "
         "latency figures are in the results directory's latency/): audio s/s over the bound that the recurrence's dependent steps "
         "and the card's product rate give (docs/benchmark.md, the latency-aware roofline).",
         "- Row of record \u00f7 fastest variant: below 1, a variant is faster. A dash: not measured or not "
@@ -477,9 +476,8 @@ def peak_section(records: List[dict]) -> str:
             if value is None:
                 continue
             d, u = flop_unit([value])
-            scale = 1e12 if unit == "TFLOP/s" else 1e9
             measured = [_number(row.get("Square " + unit)) for row in rows if row.get("Precision") == precision]
-            top = max([m * scale for m in measured if m is not None], default=None)
+            top = max([m * FLOP_UNITS[unit] for m in measured if m is not None], default=None)
             over = (" A measured square product reached %.3g %s, above it: the CPU ran faster than the clock the "
                     "operating system reports (a virtual machine's nominal clock, below its turbo)." % (top / d, u)
                     if top is not None and top > value else "")
