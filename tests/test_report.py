@@ -749,6 +749,24 @@ def test_before_you_rent_a_gpu_names_the_fastest_full_model_record_on_each_card_
     assert not gpu_facts.fastest_lines([killed], "", "", {})              # nothing finished: no line
 
 
+def test_fastest_on_each_card_counts_only_the_full_model_runs_among_the_rows_a_card_ran():
+    """Each card ran the other's fastest row, but only at smoke width: the cards did not run the same rows."""
+    def rec(target, card, speed, preset):
+        r = fixture_record(target, "JAX" if target == "jax" else "PyTorch", LOSSES, speed, device=card, dtype="cuda",
+                           preset=preset, batch_size=32 if preset == "quick" else 8,
+                           config=(FULL_MODEL if preset == "quick" else SMOKE_MODEL).to_dict())
+        return r
+    gpu = [rec("jax", "NVIDIA H100 80GB HBM3", 1500.0, "quick"), rec("pytorch", "NVIDIA H100 80GB HBM3", 9000.0, "smoke"),
+           rec("pytorch", "NVIDIA H200", 1300.0, "quick"), rec("jax", "NVIDIA H200", 9000.0, "smoke")]
+    line = gpu_facts.fastest_lines(gpu, "", "", {})[0]
+    assert "`jax` at fp32 (quick, batch 32): 1500 audio-s/s" in line and "`pytorch` at fp32 (quick" in line
+    assert line.endswith("the cards did not run the same rows: a row's speed on two cards is in the table of record.")
+    same = gpu[:1] + [rec("pytorch", "NVIDIA H100 80GB HBM3", 900.0, "quick")] + gpu[2:3] + \
+        [rec("jax", "NVIDIA H200", 1000.0, "quick")]
+    assert gpu_facts.fastest_lines(same, "", "", {})[0].endswith("audio-s/s, no latency figures for the card "
+                                                                 "(no record file).")
+
+
 def test_before_you_rent_a_gpu_without_gpu_records_says_nothing_ran(tmp_path, records_dir):
     md = render.render(str(records_dir), "python -m runner.report", "abc", str(tmp_path / "results.md"))
     block = render.section_block(md, gpu_facts.TITLE, stop=("## ",))

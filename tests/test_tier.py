@@ -121,6 +121,23 @@ def test_normal_priority_brings_back_every_thread_of_a_process_started_at_idle_p
         child.wait(timeout=30)
 
 
+def test_what_the_tier_starts_waits_for_openmp_asleep_unless_the_user_chose():
+    """A kernel started by a run_all.py that the tier starts inherits OMP_WAIT_POLICY=PASSIVE (tests/conftest.py):
+    side by side on 2 cores, a spinning OpenMP thread held PyTorch's smoke steps 55 times as long."""
+    child = "import os; print(os.environ.get('OMP_WAIT_POLICY'))"
+    out = subprocess.run([sys.executable, "-c", child], stdout=subprocess.PIPE, universal_newlines=True, check=True)
+    assert out.stdout.strip() == os.environ["OMP_WAIT_POLICY"]
+    user = subprocess.run([sys.executable, "-c", "import os; os.environ['OMP_WAIT_POLICY'] = 'ACTIVE'; "
+                           "from tests import conftest; print(os.environ['OMP_WAIT_POLICY'])"],
+                          stdout=subprocess.PIPE, universal_newlines=True, check=True, cwd=conftest.ROOT)
+    assert user.stdout.strip() == "ACTIVE"                              # what the user set is kept
+    fresh = subprocess.run([sys.executable, "-c", "from tests import conftest; import os; "
+                            "print(os.environ['OMP_WAIT_POLICY'])"], stdout=subprocess.PIPE, universal_newlines=True,
+                           check=True, cwd=conftest.ROOT, env={k: v for k, v in os.environ.items()
+                                                               if k != "OMP_WAIT_POLICY"})
+    assert fresh.stdout.strip() == "PASSIVE"
+
+
 @NEEDS_IDLE_UNDO
 def test_a_run_made_after_the_smoke_run_waits_runs_idle_with_the_starting_environment_and_hands_over_its_value(
         monkeypatch):

@@ -127,8 +127,8 @@ def fastest_lines(gpu: List[dict], records_dir: str, output: str, latency: Dict[
             "%.0f%% of the card's latency-aware roofline" % (100 * share) if share is not None
             else "no latency figures for the card", _record_link(rec, records_dir, output)))
     rows = set((rec.get("target"), rec.get("precision")) for rec, _ in best.values())
-    ran = {card: set((r.get("target"), r.get("precision")) for r in gpu if _speed(r) is not None and card_of(r) == card)
-           for card in best}
+    ran = {card: set((r.get("target"), r.get("precision")) for r in finished if card_of(r) == card)
+           for card in best}   # the full model's rows: a row a card ran only at smoke width is not a row it ran
     unlike = len(rows) > 1 and any(row not in ran[card] for row in rows for card in ran)
     return ["- **Fastest on each card** (the full model; any row, precision and route): %s.%s" % (
         "; ".join(entries), " Each card's fastest among the rows it ran, and the cards did not run the same rows: "
