@@ -645,7 +645,8 @@ AFTER_SMOKE = {}
 
 
 class LanesAhead:
-    """:func:`lane_runs` made in the background from the session's first test, at idle priority, then the runs of
+    """:func:`lane_runs` made in the background once the session's smoke run exists (from its first test where it
+    makes none), at idle priority, then the runs of
     :data:`AFTER_SMOKE` that the selected tests use, once the smoke run exists: their processes take only the CPU
     time the tests leave (the smoke run's notebooks leave gaps, and most other tests keep one of two cores busy), and
     the modules that read them run after the others (:func:`session_order`).  Their processes get the environment of
@@ -659,11 +660,13 @@ class LanesAhead:
         import threading
         self.thread, self.tids, self.made, self.done = None, [], {}, {}
         self.smoke, self.smoke_ready, self.stopping = None, threading.Event(), threading.Event()
+        self.asked = threading.Event()          # a test asked for a run made ahead: nothing waits any more
 
-    def start(self, jobs, out, after=(), env=None):
+    def start(self, jobs, out, after=(), env=None, after_smoke=False):
         """``jobs``, ``out``: :func:`_lane_jobs`'; ``after``: the names of :data:`AFTER_SMOKE` to make; ``env``: their
-        processes' environment (one OpenMP thread added), by default this process's now.  Only where
-        :func:`idle_undoable` (the caller asks it first)."""
+        processes' environment (one OpenMP thread added), by default this process's now; ``after_smoke``: ``jobs``
+        too wait for the smoke run (or for a test to ask for them).  Only where :func:`idle_undoable` (the caller
+        asks it first)."""
         import threading
         env = dict(os.environ if env is None else env, OMP_NUM_THREADS="1")
         for name in ("lane_runs",) + tuple(after):
@@ -671,6 +674,10 @@ class LanesAhead:
 
         def work():
             idle_priority()
+            while after_smoke and not (self.smoke_ready.wait(1) or self.asked.is_set()):
+                if self.stopping.is_set():
+                    self.done["lane_runs"].set()
+                    return
             self._make("lane_runs", lambda: _make_lane_runs(jobs, out, idle=True, tids=self.tids, env=env))
             for name in after:
                 while not self.smoke_ready.wait(1):
@@ -702,6 +709,7 @@ class LanesAhead:
         priority."""
         if name not in self.done:
             return None
+        self.asked.set()
         while not self.done[name].wait(timeout=3):
             normal_priority([p.pid for p in list(RunAll.running)], [self.thread.native_id] + self.tids)
         if name not in self.made:
@@ -729,7 +737,9 @@ def _lanes_ahead(request, tmp_path_factory):
     used = _fixtures_in_use(request.session)
     after = tuple(name for name in AFTER_SMOKE if name in used)
     if ("lane_runs" in used or after) and idle_undoable():          # else each fixture makes its runs when asked
-        LANES_AHEAD.start(*_lane_jobs(used, tmp_path_factory), after=after)
+        # after the smoke run where the session makes one: its two halves keep both cores busy, and runs beside them,
+        # even at idle priority, held its notebooks twice as long (a 2-core Zen 2 EPYC: PyTorch's 45 s to 89 s)
+        LANES_AHEAD.start(*_lane_jobs(used, tmp_path_factory), after=after, after_smoke="smoke" in used)
     yield
     LANES_AHEAD.stop()
 
@@ -741,7 +751,7 @@ def lane_runs(request, tmp_path_factory):
     one or more run_all.py into its own results directory; they run in two lanes side by side, one OpenMP thread
     per process (PyTorch's two threads beside a busy process stall at every parallel region): an XLA row's
     learning run (compilations on one core, then its steps) in a lane of its own, everything else one after another
-    in the other.  Made ahead, in the background at idle priority, from the session's first test (``LanesAhead``).
+    in the other.  Made ahead, in the background at idle priority, once the smoke run exists (``LanesAhead``).
     Returns ``{name: RunAll or a skip reason}``."""
     ahead = LANES_AHEAD.get("lane_runs")
     if ahead is not None:

@@ -168,6 +168,26 @@ def test_a_run_made_after_the_smoke_run_waits_runs_idle_with_the_starting_enviro
     assert seen == [("the smoke run", "1", "yes", False, True, True), ("no rows", "1", "yes", False, True, True)]
 
 
+@NEEDS_IDLE_UNDO
+def test_the_runs_made_ahead_wait_for_the_smoke_run_or_for_a_test_that_asks_for_them():
+    ahead = conftest.LanesAhead()
+    ahead.start([], {}, after_smoke=True)
+    assert not ahead.done["lane_runs"].wait(1.5)              # the smoke run's halves have the cores
+    ahead.smoke_made("the smoke run")
+    assert ahead.done["lane_runs"].wait(10) and ahead.get("lane_runs") == {}
+    asked = conftest.LanesAhead()
+    asked.start([], {}, after_smoke=True)
+    assert not asked.done["lane_runs"].wait(1.5)
+    assert asked.get("lane_runs") == {}                         # asked before any smoke run: made at once
+    stopped = conftest.LanesAhead()
+    stopped.start([], {}, after_smoke=True)
+    stopped.stop()
+    assert not stopped.thread.is_alive() and stopped.get("lane_runs") is None     # the fixture makes them itself
+    for lanes in (ahead, asked):
+        lanes.thread.join(timeout=10)
+        assert not lanes.thread.is_alive()
+
+
 @pytest.mark.last
 def test_no_default_test_is_over_the_limit():
     over = conftest.DURATIONS.over_limit()
