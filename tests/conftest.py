@@ -449,8 +449,10 @@ def learn_corpus(preset):
     return learn.open_corpus(preset, progress=False), None
 
 
-#: the shared smoke run's rows in two halves of about equal time on 2 cores (XLA-compiling rows apart) ...
-SMOKE_HALVES = (("jax", "keras-torch", "mxnet", "tensorflow"), ("keras-jax", "pytorch", "keras-tensorflow"))
+#: the shared smoke run's rows in two halves of about equal time on 2 cores, the two XLA rows one after the other in
+#: one half (side by side, their compilations held each other back: on a 2-core Zen 2 EPYC the halves and CNTK took
+#: 162 s so, 206 s with JAX and Keras on JAX in different halves) ...
+SMOKE_HALVES = (("jax", "keras-jax", "mxnet", "keras-torch"), ("pytorch", "tensorflow", "keras-tensorflow"))
 #: ... and the rows run after them, alone: CNTK's profile times each block of the model on its own and the whole
 #: step, and calls the difference 'other' (no profiler of its own); another process's load would show up there
 SMOKE_ALONE = ("cntk",)
