@@ -647,10 +647,10 @@ AFTER_SMOKE = {}
 
 
 class LanesAhead:
-    """:func:`lane_runs` made in the background once the session's smoke run exists (from its first test where it
-    makes none), at idle priority, then the runs of
-    :data:`AFTER_SMOKE` that the selected tests use, once the smoke run exists: their processes take only the CPU
-    time the tests leave (the smoke run's notebooks leave gaps, and most other tests keep one of two cores busy), and
+    """:func:`lane_runs`, then the runs of :data:`AFTER_SMOKE` that the selected tests use, made in the background at
+    idle priority once the smoke run exists (:func:`lane_runs` from the first test where the session makes none, or
+    when a test asks for them): the smoke run's two halves keep both cores busy; after them, the runs take only the
+    CPU time the tests leave (most tests keep one of two cores busy), and
     the modules that read them run after the others (:func:`session_order`).  Their processes get the environment of
     the session's start (a test's variables, such as ``tag``'s marker, are not theirs).  A test that asks for one
     before it is made puts every process and thread of the background back at the normal priority and waits
@@ -674,17 +674,22 @@ class LanesAhead:
         for name in ("lane_runs",) + tuple(after):
             self.done[name] = threading.Event()
 
+        def smoke_or_stop(or_asked):
+            """Waits for the smoke run (or, ``or_asked``, a test asking for a run): False if the session stops first."""
+            while not (self.smoke_ready.wait(1) or (or_asked and self.asked.is_set())):
+                if self.stopping.is_set():
+                    return False
+            return True
+
         def work():
             idle_priority()
-            while after_smoke and not (self.smoke_ready.wait(1) or self.asked.is_set()):
-                if self.stopping.is_set():
-                    self.done["lane_runs"].set()
-                    return
+            if after_smoke and not smoke_or_stop(or_asked=True):
+                self.done["lane_runs"].set()
+                return
             self._make("lane_runs", lambda: _make_lane_runs(jobs, out, idle=True, tids=self.tids, env=env))
             for name in after:
-                while not self.smoke_ready.wait(1):
-                    if self.stopping.is_set():
-                        return
+                if not smoke_or_stop(or_asked=False):
+                    return
                 if self.smoke is None or self.stopping.is_set():
                     self.done[name].set()          # no smoke run: the fixture makes (or fails) it itself
                     continue

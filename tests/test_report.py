@@ -752,10 +752,9 @@ def test_before_you_rent_a_gpu_names_the_fastest_full_model_record_on_each_card_
 def test_fastest_on_each_card_counts_only_the_full_model_runs_among_the_rows_a_card_ran():
     """Each card ran the other's fastest row, but only at smoke width: the cards did not run the same rows."""
     def rec(target, card, speed, preset):
-        r = fixture_record(target, "JAX" if target == "jax" else "PyTorch", LOSSES, speed, device=card, dtype="cuda",
-                           preset=preset, batch_size=32 if preset == "quick" else 8,
-                           config=(FULL_MODEL if preset == "quick" else SMOKE_MODEL).to_dict())
-        return r
+        return fixture_record(target, "JAX" if target == "jax" else "PyTorch", LOSSES, speed, device=card,
+                              dtype="cuda", preset=preset, batch_size=32 if preset == "quick" else 8,
+                              config=(FULL_MODEL if preset == "quick" else SMOKE_MODEL).to_dict())
     gpu = [rec("jax", "NVIDIA H100 80GB HBM3", 1500.0, "quick"), rec("pytorch", "NVIDIA H100 80GB HBM3", 9000.0, "smoke"),
            rec("pytorch", "NVIDIA H200", 1300.0, "quick"), rec("jax", "NVIDIA H200", 9000.0, "smoke")]
     line = gpu_facts.fastest_lines(gpu, "", "", {})[0]
