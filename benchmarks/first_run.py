@@ -21,7 +21,6 @@ environments together, each notebook's wall time (the records' ``run.wall_s``) a
 idle machine (other load slows the 2-core machine several times over), and compare parts of one run rather than
 absolute times of two.
 """
-import argparse
 import glob
 import json
 import os
@@ -33,6 +32,10 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from runner import validate  # noqa: E402  (standard library only)
+from runner.run.targets import ALL_TARGETS, TARGETS  # noqa: E402  (framework-free)
+
 ENVS = ("pytorch", "tensorflow", "mxnet", "cntk", "jax")
 
 
@@ -78,20 +81,28 @@ def notebook_times(results_dir):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--keep", metavar="DIR", help="work in DIR (created; kept afterwards) instead of a temporary one")
-    p.add_argument("--frameworks", help="run_all.py --frameworks for the two runs (default: every row)")
+    p = validate.OneLineParser(prog="first_run.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--keep", metavar="DIR", type=validate.non_empty("directory"),
+                   help="work in DIR (created, or empty; kept afterwards) instead of a temporary one")
+    p.add_argument("--frameworks", type=validate.comma_list(list(ALL_TARGETS), "framework", everything=list(TARGETS)),
+                   help="run_all.py --frameworks for the two runs (default: every row)")
     p.add_argument("--no-second-run", action="store_true", help="skip the warm second run")
     p.add_argument("--installer", choices=["uv", "pip", "both"], default="uv",
                    help="what installs the environments (DS2_INSTALLER); both: pip's, then uv's (default: uv)")
     p.add_argument("--envs-only", action="store_true", help="stop after the environments")
     args = p.parse_args(argv)
-
-    work = os.path.abspath(args.keep) if args.keep else tempfile.mkdtemp(prefix="ds2-first-run-")
     if args.keep:
-        if os.path.exists(work) and os.listdir(work):
+        work = os.path.abspath(args.keep)
+        if os.path.exists(work) and not os.path.isdir(work):
+            p.error("--keep %s is not a directory" % work)
+        if os.path.isdir(work) and os.listdir(work):
             p.error("--keep %s exists and is not empty" % work)
+        why = validate.unwritable_dir(work)
+        if why:
+            p.error("--keep %s %s" % (work, why))
         os.makedirs(work, exist_ok=True)
+    else:
+        work = tempfile.mkdtemp(prefix="ds2-first-run-")
     clone, log = os.path.join(work, "clone"), os.path.join(work, "first_run.log")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DS2_", "VIRTUAL_ENV", "UV_"))}
     env.update(XDG_CACHE_HOME=os.path.join(work, "cache"))
@@ -110,7 +121,7 @@ def main(argv=None):
         for installer in installers:
             columns[installer], run_env = environments(installer, clone, work, env, python, names, log)
         if not args.envs_only:
-            select = ["--frameworks", args.frameworks] if args.frameworks else []
+            select = ["--frameworks", ",".join(args.frameworks)] if args.frameworks else []
             runs = [("first run", "first")] + ([] if args.no_second_run else [("second run (warm)", "second")])
             for label, name in runs:
                 results = os.path.join(work, "results-" + name)

@@ -208,15 +208,6 @@ def measure(preset, precision, lengths, threads, first, steps, variant=""):
             "threads": threads or os.cpu_count(), "step_ms_median": step_ms}
 
 
-def written_here(path: str) -> bool:
-    """Whether ``path`` holds this benchmark's results (what --out writes)."""
-    try:
-        with open(path) as f:
-            return json.load(f).get("benchmark") == "jax_compile"
-    except (OSError, ValueError, AttributeError):
-        return False
-
-
 def length_list(text: str) -> str:
     """--lengths: a comma list of DeepMark's utterance lengths (1 to 15 s), each once; kept as typed (the child
     processes get it again)."""
@@ -255,7 +246,8 @@ def main(argv=None):
     unknown = [s for s in args.settings.split(",") if s not in SETTINGS]
     if unknown:
         p.error("--settings: unknown %s; choose from %s" % (", ".join(unknown), ", ".join(SETTINGS)))
-    problem = validate.result_file_error("--out", args.out, written_here) if args.out is not None else None
+    problem = (validate.result_file_error("--out", args.out, validate.benchmark_file("jax_compile"))
+               if args.out is not None else None)
     if problem:
         p.error(problem)
     if args.autotune_results is not None:

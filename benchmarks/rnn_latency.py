@@ -27,17 +27,21 @@ T/4 = 375 steps: a 15-s utterance), four measurements, each the median of ``--re
   fp32 layer run under ``torch.autocast("cuda", dtype=torch.bfloat16)``.
 
 It writes one JSON object (``--out``, default stdout): the device, the versions, the sizes and
-``precisions`` -> {the figures above}.  PyTorch and the standard library only.  ``common/roofline.py``
+``precisions`` -> {the figures above}.  It needs PyTorch and the standard library only (its options are checked
+by ``runner/validate.py``, which needs nothing more).  ``common/roofline.py``
 turns the figures into the latency-aware bound (docs/benchmark.md, "The latency-aware roofline").
 """
-import argparse
 import json
+import os
 import platform
 import statistics
 import sys
 import time
 
-import torch
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from runner import validate  # noqa: E402  (standard library only)
+
+torch = None     # imported by main() once the options are checked: a refusal costs no import of PyTorch
 
 FULL = {"batch": 32, "hidden": 1760, "input": 2400, "steps": 375, "repeats": 5, "min_time_s": 0.1}
 SMOKE = {"batch": 4, "hidden": 32, "input": 48, "steps": 12, "repeats": 3, "min_time_s": 0.002}
@@ -229,41 +233,49 @@ def measure(device, precisions, sz):
     return report
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse_args(argv=None):
+    """(the parser, the options), checked before PyTorch is imported (one line and exit status 2 where one is bad)."""
+    ap = validate.OneLineParser(prog="rnn_latency.py", description=__doc__.splitlines()[0])
     ap.add_argument("--smoke", action="store_true", help="tiny sizes (a CPU test): N=4, H=32, 12 steps")
-    ap.add_argument("--batch", "-N", type=int, help="batch size N (default 32)")
-    ap.add_argument("--hidden", type=int, help="hidden width H (default 1760)")
-    ap.add_argument("--input", type=int, help="bd1's input width for the input product's rate (default 2400)")
-    ap.add_argument("--steps", type=int, help="dependent steps T/4 (default 375: a 15-s utterance)")
-    ap.add_argument("--repeats", type=int, help="measurements per figure, the median reported (default 5)")
-    ap.add_argument("--precisions", default=",".join(PRECISIONS), help="comma-separated, of fp32,tf32,bf16")
+    for key, text in (("batch", "batch size N (default 32)"), ("hidden", "hidden width H (default 1760)"),
+                      ("input", "bd1's input width for the input product's rate (default 2400)"),
+                      ("steps", "dependent steps T/4 (default 375: a 15-s utterance)"),
+                      ("repeats", "measurements per figure, the median reported (default 5)")):
+        ap.add_argument("--" + key, *(["-N"] if key == "batch" else []), type=validate.positive_int, help=text)
+    ap.add_argument("--precisions", type=validate.comma_list(PRECISIONS, "precision"), default=list(PRECISIONS),
+                    help="comma-separated, of fp32,tf32,bf16")
     ap.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
-    ap.add_argument("--out", help="write the JSON here (default: stdout)")
+    ap.add_argument("--out", type=validate.non_empty("file"),
+                    help="write the JSON here: a new file, or this benchmark's, in a folder that exists "
+                         "(default: stdout)")
     args = ap.parse_args(argv)
-    sz = dict(SMOKE if args.smoke else FULL)
-    for key in ("batch", "hidden", "input", "steps", "repeats"):
-        if getattr(args, key) is not None:
-            if getattr(args, key) < 1:
-                ap.error("--%s must be at least 1" % key)
-            sz[key] = getattr(args, key)
-    sz["smoke"] = bool(args.smoke)
-    precisions = [p for p in args.precisions.split(",") if p]
-    bad = [p for p in precisions if p not in PRECISIONS]
-    if bad or not precisions:
-        ap.error("unknown precision(s) %s; valid: %s" % (", ".join(bad) or "(none)", ", ".join(PRECISIONS)))
+    problem = args.out is not None and validate.result_file_error("--out", args.out,
+                                                                  validate.benchmark_file("rnn_latency"))
+    if problem:
+        ap.error(problem)
+    return ap, args
+
+
+def main(argv=None):
+    global torch
+    ap, args = parse_args(argv)
+    import torch
     if args.device == "cuda" and not torch.cuda.is_available():
         ap.error("--device cuda: no CUDA device is visible to this PyTorch")
+    sz = dict(SMOKE if args.smoke else FULL)
+    sz.update({key: getattr(args, key) for key in ("batch", "hidden", "input", "steps", "repeats")
+               if getattr(args, key) is not None})
+    sz["smoke"] = bool(args.smoke)
     use_cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
     device = torch.device("cuda" if use_cuda else "cpu")
-    text = json.dumps(measure(device, precisions, sz), indent=1, sort_keys=True)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
+    text = json.dumps(measure(device, args.precisions, sz), indent=1, sort_keys=True) + "\n"
+    if args.out:                  # written whole: a stopped run leaves no half a file
+        with open(args.out + ".partial", "w") as f:
+            f.write(text)
+        os.replace(args.out + ".partial", args.out)
     else:
-        sys.stdout.write(text + "\n")
+        sys.stdout.write(text)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

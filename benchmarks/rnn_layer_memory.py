@@ -19,6 +19,9 @@ import os
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from runner import validate  # noqa: E402  (standard library only)
+
 HIDDEN, BATCH = 1760, 8
 
 
@@ -54,10 +57,11 @@ def peak_gb():
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = validate.OneLineParser(prog="rnn_layer_memory.py", description=__doc__.splitlines()[0])
     ap.add_argument("framework", choices=["mxnet", "pytorch"])
-    ap.add_argument("--steps", default="100,200,400", help="comma-separated T (default 100,200,400)")
-    ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--steps", type=validate.positive_int_list, default=[100, 200, 400],
+                    help="comma-separated T, each once (default 100,200,400)")
+    ap.add_argument("--child", type=validate.positive_int, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         __import__("mxnet" if args.framework == "mxnet" else "torch")   # the library's own memory: before start
@@ -75,7 +79,7 @@ def main(argv=None):
     print("%s: one bidirectional %d-unit ReLU RNN layer, %d utterances; peak resident memory over a tiny step's"
           % (args.framework, HIDDEN, BATCH))
     sys.stdout.flush()
-    for t in (int(v) for v in args.steps.split(",")):     # a fresh process per T: no heap left from another
+    for t in args.steps:                                  # a fresh process per T: no heap left from another
         subprocess.run([sys.executable, os.path.abspath(__file__), args.framework, "--child", str(t)], check=True,
                        stderr=subprocess.DEVNULL)
     return 0

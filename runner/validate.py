@@ -21,6 +21,7 @@ run_all.py (runner/cli.py), ``python -m runner.report``, ``python -m runner.rose
 Standard library only at import: the bootstrap runs this before the runner's environment exists.
 """
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -344,6 +345,18 @@ def result_file_error(option: str, arg: str, ours) -> Optional[str]:
     if not empty and not ours(path):
         return "%s %s exists and is not a results file of this tool: it is kept; name a new file" % (option, path)
     return None
+
+
+def benchmark_file(name: str):
+    """For :func:`result_file_error`: a predicate, whether a path holds the JSON object that the benchmark ``name``
+    writes (its ``"benchmark"`` key is ``name``), so that a second run replaces only its own results."""
+    def ours(path: str) -> bool:
+        try:
+            with open(path) as f:
+                return json.load(f).get("benchmark") == name
+        except (OSError, ValueError, AttributeError):
+            return False
+    return ours
 
 
 def output_in_results_error(option: str, output: str, results_dir: str) -> Optional[str]:

@@ -1,7 +1,9 @@
 """The developer tools and benchmarks refuse bad input before any work (the project's rule; runner/validate.py):
 tools/check_gpu_envs.py, tools/fatbin_archs.py, tools/gpu_session.py's options, tools/runner_structure.py,
 tools/installed_offline.sh (run_all.py's options checked before .venvs/installed is made) and the options of
-benchmarks/learn_parity.py, data_throughput.py, jax_unroll.py, torch_profiler_memory.py and jax_compile.py.
+benchmarks/learn_parity.py, data_throughput.py, jax_unroll.py, torch_profiler_memory.py, jax_compile.py,
+rnn_layer_memory.py, first_run.py and rnn_latency.py (which imports PyTorch only once its options are checked; its
+``--device cuda`` on a machine without one is checked in the PyTorch CPU environment).
 
 Each case runs its command as a careless user would and gets exit status 2, exactly one stderr line that starts
 with the command's ``PROG: error:`` and names the option (or argument), nothing on stdout, and nothing written: the
@@ -16,7 +18,7 @@ import sys
 import pytest
 
 from runner import validate
-from tests.conftest import ROOT, assert_refused, file_tree
+from tests.conftest import ROOT, assert_refused, cpu_env, file_tree
 
 PY = sys.executable
 TOOLS, BENCH = os.path.join(ROOT, "tools"), os.path.join(ROOT, "benchmarks")
@@ -30,10 +32,16 @@ THROUGHPUT = [PY, os.path.join(BENCH, "data_throughput.py")]
 UNROLL = [PY, os.path.join(BENCH, "jax_unroll.py")]
 PROFILER = [PY, os.path.join(BENCH, "torch_profiler_memory.py")]
 COMPILE = [PY, os.path.join(BENCH, "jax_compile.py")]
+LAYER_MEMORY = [PY, os.path.join(BENCH, "rnn_layer_memory.py")]
+FIRST_RUN = [PY, os.path.join(BENCH, "first_run.py")]
+LATENCY = [PY, os.path.join(BENCH, "rnn_latency.py"), "--smoke"]
+LATENCY_TORCH = ["{torch}", os.path.join(BENCH, "rnn_latency.py"), "--smoke"]
 PROGS = {id(GPU_ENVS): "tools/check_gpu_envs.py", id(FATBIN): "fatbin_archs.py", id(SESSION): "gpu_session.py",
          id(STRUCTURE): "python tools/runner_structure.py", id(OFFLINE): "installed_offline.sh",
          id(PARITY): "learn_parity.py", id(THROUGHPUT): "data_throughput.py", id(UNROLL): "jax_unroll.py",
-         id(PROFILER): "torch_profiler_memory.py", id(COMPILE): "jax_compile.py"}
+         id(PROFILER): "torch_profiler_memory.py", id(COMPILE): "jax_compile.py",
+         id(LAYER_MEMORY): "rnn_layer_memory.py", id(FIRST_RUN): "first_run.py", id(LATENCY): "rnn_latency.py",
+         id(LATENCY_TORCH): "rnn_latency.py"}
 README = os.path.join(ROOT, "README.md")
 #: a refusal takes well under a second; a command that started its work would take far longer
 SECONDS = 10
@@ -147,6 +155,28 @@ CASES = [
     case("compile-out-not-a-regular-file", COMPILE, ["--out", "/dev/null"], ["--out /dev/null", "not a regular file"]),
     case("compile-out-a-tracked-file", COMPILE, ["--out", README], ["--out", "README.md", "is kept"]),
     case("compile-out-empty", COMPILE, ["--out", ""], ["argument --out", "empty"]),
+    case("layer-memory-steps-0", LAYER_MEMORY, ["pytorch", "--steps", "0"], ["argument --steps", "'0'"]),
+    case("layer-memory-steps-not-numbers", LAYER_MEMORY, ["pytorch", "--steps", "x"], ["argument --steps", "'x'"]),
+    case("layer-memory-steps-twice", LAYER_MEMORY, ["pytorch", "--steps", "100,100"], ["argument --steps", "twice"]),
+    case("first-run-keep-empty", FIRST_RUN, ["--keep", ""], ["argument --keep", "empty"]),
+    case("first-run-keep-a-folder-with-files", FIRST_RUN, ["--keep", "{tmp}"], ["--keep {tmp}", "not empty"]),
+    case("first-run-keep-a-file", FIRST_RUN, ["--keep", "{tmp}/a-file"], ["--keep {tmp}/a-file", "not a directory"]),
+    case("first-run-keep-in-proc", FIRST_RUN, ["--keep", "/proc/ds2-first-run"], ["--keep /proc/ds2-first-run"]),
+    case("first-run-frameworks-unknown", FIRST_RUN, ["--frameworks", "bogus", "--envs-only"],
+         ["argument --frameworks", "'bogus'", "choose from"]),
+    case("first-run-frameworks-twice", FIRST_RUN, ["--frameworks", "jax,jax"], ["argument --frameworks", "twice"]),
+    case("latency-out-empty", LATENCY, ["--out", ""], ["argument --out", "empty"]),
+    case("latency-out-a-directory", LATENCY, ["--out", "{tmp}"], ["--out {tmp}", "is a directory"]),
+    case("latency-out-folder-missing", LATENCY, ["--out", "{tmp}/none/l.json"], ["--out {tmp}/none/l.json",
+                                                                                "does not exist"]),
+    case("latency-out-a-file-of-the-users", LATENCY, ["--out", "{tmp}/a-file"], ["--out {tmp}/a-file",
+                                                                                 "not a results file"]),
+    case("latency-out-a-tracked-file", LATENCY, ["--out", README], ["--out", "README.md", "is kept"]),
+    case("latency-batch-0", LATENCY, ["--batch", "0"], ["argument --batch", "'0'"]),
+    case("latency-steps-not-a-number", LATENCY, ["--steps", "x"], ["argument --steps", "'x'"]),
+    case("latency-precisions-unknown", LATENCY, ["--precisions", "fp64"], ["argument --precisions", "'fp64'"]),
+    case("latency-precisions-twice", LATENCY, ["--precisions", "bf16,bf16"], ["argument --precisions", "twice"]),
+    case("latency-cuda-without-one", LATENCY_TORCH, ["--device", "cuda"], ["--device cuda", "no CUDA device"]),
 ]
 
 
@@ -182,11 +212,12 @@ def checkout_state():
 @pytest.mark.parametrize("command, args, words, cwd", CASES)
 def test_bad_input_is_refused_in_one_line_before_anything(scratch, command, args, words, cwd):
     tmp = str(scratch)
-    fill = lambda text: text.replace("{tmp}", tmp)  # noqa: E731
+    torch = cpu_env("pytorch")[1] if "{torch}" in command else None         # made where it is missing
+    fill = lambda text: text.replace("{tmp}", tmp).replace("{torch}", torch or "{torch}")  # noqa: E731
     environ = dict(os.environ, PYTHONPATH=ROOT)
     environ.pop("DS2_RUNNER", None)
     before, checkout_before = tree(tmp), checkout_state()
-    assert_refused(command, [fill(a) for a in args], PROGS[id(command)], [fill(w) for w in words],
+    assert_refused([fill(c) for c in command], [fill(a) for a in args], PROGS[id(command)], [fill(w) for w in words],
                    ROOT if cwd == "root" else tmp, environ, SECONDS)
     assert tree(tmp) == before, "the command wrote into its scratch directory"
     assert checkout_state() == checkout_before, "the command changed the checkout"

@@ -123,5 +123,12 @@ def test_compare_runs_refuses_a_missing_folder_and_folders_with_nothing_in_commo
     err = capsys.readouterr().err.splitlines()
     assert err[0] == "compare_runs.py: error: no folder %s" % (tmp_path / "nope")
     assert err[1].startswith("compare_runs.py: error: no ok record of the same name in ")
-    assert err[2] == "usage: compare_runs.py RECORDS_A RECORDS_B"
+    assert err[2] == ("compare_runs.py: error: expected two record folders, got %s: usage: compare_runs.py RECORDS_A "
+                      "RECORDS_B" % (tmp_path / "a"))
     assert err[3].startswith("compare_runs.py: error: record schema_version None") and len(err) == 4
+    readme = os.path.join(ROOT, "README.md")
+    assert compare_runs.main(["", str(tmp_path / "a")]) == compare_runs.main([readme, str(tmp_path / "a")]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "compare_runs.py: error: '' is empty: an empty path names no folder",
+        "compare_runs.py: error: %s is not a folder: name a folder of records (results/records)" % readme]
+    assert compare_runs.main(["--help"]) == 0 and capsys.readouterr().out.startswith("usage: compare_runs.py")

@@ -6,8 +6,8 @@
 Compares the records of the same file name (row, preset, precision, batch size) in the two record folders and
 prints a Markdown table: the notebook's wall time (``run.wall_s``), its warm-up (``timing.warmup_s``), its audio
 seconds per second, each as A, B and A / B, and the totals of the wall times.  Each column is named by the machine
-its record names (``device.name``).  Exit status 2 (one line) for a missing folder, a file that is not a
-record, or no record in common.
+its record names (``device.name``).  Exit status 2 (one line) for an empty or missing folder, a path that is not
+a folder, a file that is not a record, or no record in common.
 """
 import os
 import sys
@@ -67,22 +67,37 @@ def compare(folder_a, folder_b):
     return "\n".join(lines)
 
 
+def folder_error(folder):
+    """Why ``folder`` cannot be read as a record folder, or None."""
+    if not folder.strip():
+        return "%r is empty: an empty path names no folder" % folder
+    if not os.path.exists(folder):
+        return "no folder %s" % folder
+    if not os.path.isdir(folder):
+        return "%s is not a folder: name a folder of records (results/records)" % folder
+    return None
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 2 or argv[0].startswith("-"):
-        print("usage: %s RECORDS_A RECORDS_B" % PROG, file=sys.stderr)
+    usage = "usage: %s RECORDS_A RECORDS_B" % PROG
+    if argv in (["-h"], ["--help"]):
+        print(usage + "\n\n" + __doc__.split("\n\n")[0])
+        return 0
+    if len(argv) != 2 or any(a.startswith("-") for a in argv):
+        print("%s: error: expected two record folders, got %s: %s" % (PROG, " ".join(argv) or "none", usage),
+              file=sys.stderr)
         return 2
-    for folder in argv:
-        if not os.path.isdir(folder):
-            print("%s: error: no folder %s" % (PROG, folder), file=sys.stderr)
-            return 2
+    problem = next((e for e in map(folder_error, argv) if e), None)
+    if problem:
+        print("%s: error: %s" % (PROG, problem), file=sys.stderr)
+        return 2
     try:
         print(compare(*argv))
     except ValueError as e:
         print("%s: error: %s" % (PROG, e), file=sys.stderr)
         return 2
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -28,6 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from runner.validate import OneLineParser  # noqa: E402  (standard library only)
 
 MAGIC = struct.pack("<I", 0xBA55ED50)
+ELF_MAGIC = b"\x7fELF"
 KINDS = {1: "ptx", 2: "sass"}
 
 
@@ -89,7 +90,8 @@ def describe(info):
 
 
 def path_error(path):
-    """Why ``path`` cannot be read as a library, or None: a regular file that opens."""
+    """Why ``path`` cannot be read as a library, or None: a regular file that opens, and an ELF file (a shared
+    library, an object file) or a fat binary by its first bytes."""
     if not path.strip():
         return "%r is empty: an empty path names no library" % path
     if not os.path.exists(path):
@@ -97,10 +99,12 @@ def path_error(path):
     if not os.path.isfile(path):
         return "%s is not a regular file (a directory or a device); name a shared library" % path
     try:
-        with open(path, "rb"):
-            pass
+        with open(path, "rb") as f:
+            head = f.read(4)
     except OSError as e:
         return "%s cannot be read: %s" % (path, e.strerror or e)
+    if head not in (ELF_MAGIC, MAGIC):
+        return "%s is neither an ELF file (a shared library) nor a fat binary: its first bytes are %r" % (path, head)
     return None
 
 
