@@ -74,6 +74,16 @@ class Plan:
         self.gpus, self.device, self.presets, self.runs, self.installed_facts = [], None, [], [], {}
         self.preset_name_given = args.preset is not None
 
+    def can_run(self, target, precision, run_preset):
+        """(status, reason) of one run, as far as it is known before anything starts: reason None where it can run;
+        with --workers W, a row whose notebook trains in one process only is skipped too (runner/dp/launchers.py)."""
+        status, why = execute.can_run(target, self.run_options(precision, run_preset))[1:]
+        if why is None and self.args.workers > 1:
+            from runner.dp import launch
+            why = launch.no_dp_reason(target, profile=self.args.profile)
+            status = "skipped" if why else None
+        return status, why
+
     def run_options(self, precision, run_preset, command="", facts=None) -> execute.RunOptions:
         args = self.args
         return execute.RunOptions(run_preset, precision, args.seed, self.device, self.results_dir,
@@ -183,7 +193,7 @@ def prepare_runs(plan: Plan) -> Optional[int]:
             return error("--init-weights: %s (preset %s)" % (e, preset.name))
     plan.runs = [(t, prec, p) for t in plan.targets for prec in args.precision for p in plan.presets]
     if not args.migrate and not args.setup_only:      # every row skipped for a reason known now: nothing starts
-        reason = cli_checks.nothing_runs(plan.runs, lambda t, prec, p: execute.can_run(t, plan.run_options(prec, p))[1:])
+        reason = cli_checks.nothing_runs(plan.runs, plan.can_run)
         if reason:
             return error(reason, status=1)
     for line in plan.notes:
@@ -280,7 +290,7 @@ def run_rows(plan: Plan) -> int:
     """The runs: every selected row, precision and batch size, each into its record (the later rows' environments
     made while the first rows run); then results.md from every record of the results directory."""
     _announce_runs(plan)
-    framework_envs.start_ahead(_row_environments(plan.runs, plan.run_options), verbose=not plan.args.no_progress)
+    framework_envs.start_ahead(_row_environments(plan), verbose=not plan.args.no_progress)
     records, _, stopped = _run_all(plan)
     status = _write_report(plan, stopped, "%s regenerated from the records in %s" % (shown(plan.output),
                                                                                    shown(plan.results_dir)))
@@ -316,15 +326,17 @@ def _builds_to_make(env_names, device, gpus, gpu_builds, installed):
     return out
 
 
-def _row_environments(runs, run_options):
-    """(env, device, interpreter, build, wheelhouse) of the environment each row of ``runs`` needs made, in the
-    order of the rows: none for a row that cannot run here, runs as installed, or whose system piece is missing."""
+def _row_environments(plan: Plan):
+    """(env, device, interpreter, build, wheelhouse) of the environment each of the plan's rows needs made, in the
+    order of the rows: none for a row that cannot run here (:meth:`Plan.can_run`), runs as installed, or whose system
+    piece is missing."""
     out = []
-    for target, precision, run_preset in runs:
-        opts = run_options(precision, run_preset)
-        decision, _, reason = execute.can_run(target, opts)
+    for target, precision, run_preset in plan.runs:
+        opts = plan.run_options(precision, run_preset)
+        decision = execute.can_run(target, opts)[0]
         env = ENVS[target.env]
-        if reason or env.name in opts.installed or (env.needs and env.name in opts.found and env.needs()):
+        if plan.can_run(target, precision, run_preset)[1] or env.name in opts.installed or \
+                (env.needs and env.name in opts.found and env.needs()):
             continue
         out.append((env, opts.device, opts.pythons.get(env.name), decision.build if decision else None,
                     opts.wheelhouse))

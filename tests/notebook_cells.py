@@ -54,11 +54,12 @@ class Namespace(dict):
         return Tripwire(name)
 
 
-def tagged_source(notebook, tag):
-    """The source of the one cell of ``notebooks/<notebook>`` tagged ``tag``."""
+def tagged_source(notebook, tag, first=False):
+    """The source of the one cell of ``notebooks/<notebook>`` tagged ``tag`` (``first``: of the first of several,
+    such as the JAX notebook's two settings cells, whose first holds the checks)."""
     with open(os.path.join(ROOT, "notebooks", notebook)) as f:
         cells = [c for c in json.load(f)["cells"] if tag in c.get("metadata", {}).get("tags", [])]
-    assert len(cells) == 1, (notebook, tag, len(cells))
+    assert len(cells) == 1 or (first and cells), (notebook, tag, len(cells))
     return "".join(cells[0]["source"])
 
 
@@ -68,11 +69,12 @@ def parameters(notebook):
             if isinstance(node, ast.Assign) for t in node.targets}
 
 
-def run_cell(notebook, tag, whole=False, **given):
-    """Run the cell tagged ``tag`` with the names ``given``; its namespace afterwards.  ``whole``: every statement,
-    definitions and imports included (a settings cell, whose checks come before its framework loads); else section
-    11's cell from the statement after ``exported = ...`` on (the test gives ``exported``)."""
-    tree = ast.parse(tagged_source(notebook, tag))
+def run_cell(notebook, tag, whole=False, first=False, **given):
+    """Run the cell tagged ``tag`` (``first``: the first of several) with the names ``given``; its namespace
+    afterwards.  ``whole``: every statement, definitions and imports included (a settings cell, whose checks come
+    before its framework loads); else section 11's cell from the statement after ``exported = ...`` on (the test
+    gives ``exported``)."""
+    tree = ast.parse(tagged_source(notebook, tag, first))
     if not whole:
         body = tree.body
         export = [i for i, node in enumerate(body) if isinstance(node, ast.Assign)

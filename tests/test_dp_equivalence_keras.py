@@ -7,9 +7,9 @@
   (``keras.saving.load_model`` in the PyTorch environment, no notebook code) with the same inference logits; its
   canonical ``.npz`` loaded back with ``init_weights`` passes section 6's check from the loaded state; a broken
   file stops the notebook at section 5 with one ``WeightsError`` line.
-* keras-torch and keras-tensorflow with ``--workers 2``: a failed row whose one-line reason says why the
-  notebook does not offer it and what to use instead (the notebook stops in section 2, before Keras; the whole run
-  with ``--full``, the settings cell alone in tests/test_notebook_refusals.py).
+* keras-torch and keras-tensorflow train in one process only: run_all.py skips them with ``--workers`` before
+  anything starts (tests/test_run_all.py), and the notebook stops in section 2, before Keras, with one line that says
+  why it does not offer it and what to use instead (the settings cell alone, tests/test_notebook_refusals.py).
 
 ``DS2_TEST_FRAMEWORKS`` selects the targets (tests/conftest.py); a target not selected is not run.
 """
@@ -162,26 +162,6 @@ def test_keras_jax_preset_batches_the_dp_test_relies_on():
                           n_classes=P.config.n_classes)
     stats = it.shard_stats(2)
     assert stats["uneven_batches"] == 2 and 0 < stats["uneven_batches"] < stats["batches"]
-
-
-# the runner's path: a whole run for a failed record; the default tier runs the settings cell alone (tests/
-# test_notebook_refusals.py::test_keras_on_torch_and_tensorflow_refuses_two_workers_in_one_line_before_keras_loads)
-@pytest.mark.full
-@pytest.mark.parametrize("target, instead", [("keras-torch", "PyTorch notebook (DDP"),
-                                             ("keras-tensorflow", "TensorFlow notebook (MultiWorkerMirroredStrategy")])
-def test_keras_on_torch_and_tensorflow_refuse_workers_with_one_line(tmp_path, target, instead):
-    if target not in SELECTED:
-        pytest.skip("%s not selected (DS2_TEST_FRAMEWORKS)" % target)
-    res = run_all(["--preset", "smoke", "--device", "cpu", "--frameworks", target, "--workers", "2",
-                   "--batch-size", "4", "--timeout", "600"], tmp_path)
-    recs = [r for r in res.records.get(target, []) if (r.get("distributed") or {}).get("world_size") == 2]
-    assert len(recs) == 1, res.output
-    rec = recs[0]
-    assert rec["status"] in ("failed", "skipped"), rec["status"]
-    assert "not offered on the %s backend" % target.split("-")[1].replace("tensorflow", "TensorFlow") in rec["error"]
-    assert "JAX-only" in rec["error"] and instead in rec["error"], rec["error"]
-    assert "\n" not in rec["error"]
-    assert res.returncode != 0
 
 
 @pytest.mark.full     # a whole notebook run; the default tier loads Keras's export into PyTorch and PyTorch's into

@@ -6,9 +6,9 @@ export (section 11) with every check passing.
 
 ``tensorflow`` runs twice into one temporary results directory: ``--batch-size 8`` (one worker) and then
 ``--workers 2 --batch-size 4`` (2 x 4; the smoke preset's batches of one utterance are replicated, not split).
-The ``xla`` variant refuses ``workers > 1`` with one line (the whole run with ``--full``; the settings cell alone
-in tests/test_notebook_refusals.py).  Skipped when the TensorFlow environment is not
-selected (``DS2_TEST_FRAMEWORKS``)."""
+The ``xla`` variant trains in one process only: run_all.py skips it with ``--workers`` before anything starts
+(tests/test_run_all.py), and the notebook's settings cell refuses ``workers > 1`` (tests/test_notebook_refusals.py).
+Skipped when the TensorFlow environment is not selected (``DS2_TEST_FRAMEWORKS``)."""
 import os
 
 import pytest
@@ -68,16 +68,3 @@ def test_two_workers_equal_one_worker_with_the_global_batch(tmp_path, smoke):
     # (1e-7 in the first losses) grows over an epoch in single tensors faster than in the summaries (on the former
     # 42-step smoke epoch ~1e-3 against ~1e-5; on today's 12 steps the summaries agree to 4.8e-7)
     _export_ok(rec, tmp_path)
-
-
-# the runner's path: a whole run for a failed record; the default tier runs the settings cell alone
-# (tests/test_notebook_refusals.py::test_tensorflow_xla_refuses_two_workers_in_one_line_before_tensorflow_loads)
-@pytest.mark.full
-def test_xla_variant_refuses_workers(tmp_path):
-    run = run_all(["--preset", "smoke", "--frameworks", "tensorflow+xla", "--workers", "2", "--batch-size", "4",
-                   "--timeout", "600"], tmp_path)
-    recs = run.records.get("tensorflow+xla", [])
-    assert len(recs) == 1, run.output
-    assert recs[0]["status"] == "failed", recs[0]
-    assert "variant 'xla' has no data-parallel code" in recs[0]["error"], recs[0]["error"]
-    assert "\n" not in recs[0]["error"]

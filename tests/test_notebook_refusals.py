@@ -1,22 +1,26 @@
 """The notebooks' data-parallel refusals, at the cell that raises them: the TensorFlow notebook's ``xla`` variant
 and the Keras notebook's torch and TensorFlow backends refuse ``workers > 1`` in their settings cell (section 2),
-in one line, before the framework loads.
+in one line, before the framework loads; and run_all.py's list of the rows that train in one process only
+(runner/dp/launchers.py, which it skips before anything starts) is the rows whose notebook refuses.
 
 The settings cell runs in this interpreter without its framework (tests/notebook_cells.py), with the notebook's own
 parameters, rank 0's environment from the row's launcher (runner/dp/launchers.py) and an ``os`` whose ``environ``
 is a plain dict: a refusal raises ``ValueError`` having touched nothing and set no variable; the same cell with
 ``workers=1`` (and the row of record, or Keras on JAX, with ``workers=2``) passes every check and goes on to the
-framework, which is not here (:class:`~tests.notebook_cells.Touched`).  The whole runs, a failed record with the
-same line (tests/test_dp_equivalence_tensorflow.py, tests/test_dp_equivalence_keras.py), are in ``--full``."""
+framework, which is not here (:class:`~tests.notebook_cells.Touched`).  Through run_all.py these rows never reach
+their notebook: it skips them before anything starts (tests/test_run_all.py)."""
 import types
 
 import pytest
 
 from common import compile_cache, envinfo
-from runner.dp.launchers import LAUNCHERS, TARGET_LAUNCHERS
+from runner.dp.launchers import LAUNCHERS, TARGET_LAUNCHERS, one_process_reason
+from runner.run.targets import ALL_TARGETS
 from tests.notebook_cells import Touched, parameters, run_cell, settings_names
 
 TF, KERAS = "TensorFlow_DS2.ipynb", "Keras3_DS2.ipynb"
+#: a GPU as nvidia-smi lists it (common/envinfo.py gpus()), for the rows that run on one only
+CARD = envinfo.parse_gpus("NVIDIA H200, 580.159.04, 143771, 9.0")[0]
 #: every variable by which common.parallel.world_from_env finds a launcher
 LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "DS2_PROCESS_ID", "DS2_NUM_PROCESSES", "DS2_LOCAL_RANK",
                     "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK",
@@ -39,13 +43,13 @@ def launched(monkeypatch):
 
 
 def settings(notebook, whole=True, **overrides):
-    """Run ``notebook``'s settings cell with its parameters and ``overrides``; the environment it set, and what
-    stopped it (``None``: it ran to its end)."""
+    """Run ``notebook``'s settings cell (its first, where it has two) with its parameters and ``overrides``; the
+    environment it set, and what stopped it (``None``: it ran to its end)."""
     environ = {}
     given = dict(parameters(notebook), **settings_names())
     given.update(overrides, os=types.SimpleNamespace(environ=environ))
     try:
-        run_cell(notebook, "rosetta:settings", whole=whole, **given)
+        run_cell(notebook, "rosetta:settings", whole=whole, first=True, **given)
     except Exception as e:
         return environ, e
     return environ, None
@@ -61,7 +65,6 @@ def assert_refused_in_one_line(environ, stop, *words):
 
 # ---- TensorFlow: the xla variant has no data-parallel code --------------------------------------------------------
 def test_tensorflow_xla_refuses_two_workers_in_one_line_before_tensorflow_loads(launched):
-    """What tests/test_dp_equivalence_tensorflow.py::test_xla_variant_refuses_workers (--full) finds in the record."""
     launched("tensorflow", 2)
     environ, stop = settings(TF, variant="xla", workers=2, batch_size=4)
     assert_refused_in_one_line(environ, stop, "variant 'xla' has no data-parallel code", "variant '')")
@@ -85,8 +88,7 @@ def test_tensorflow_settings_accept_what_they_do_not_refuse(launched, variant, w
 ], ids=["torch", "tensorflow"])
 def test_keras_on_torch_and_tensorflow_refuses_two_workers_in_one_line_before_keras_loads(launched, backend, says,
                                                                                           instead):
-    """What tests/test_dp_equivalence_keras.py::test_keras_on_torch_and_tensorflow_refuse_workers_with_one_line
-    (--full) finds in the record; ``whole``: no import of the cell runs before the refusal."""
+    """``whole``: no import of the cell runs before the refusal."""
     launched("keras-" + backend, 2)
     environ, stop = settings(KERAS, backend=backend, workers=2, batch_size=4)
     assert_refused_in_one_line(environ, stop, "workers=2: " + says, "JAX-only", instead, "backend='jax'")
@@ -102,3 +104,23 @@ def test_keras_settings_accept_what_they_do_not_refuse(launched, backend, worker
     if backend == "jax" and not envinfo.gpus():           # smoke on a CPU: XLA compiles fast (section 2)
         expected["XLA_FLAGS"] = "--xla_backend_optimization_level=0"
     assert environ == expected, environ
+
+
+# ---- run_all.py skips, before anything starts, exactly the rows whose notebook refuses workers > 1 ----------------
+@pytest.mark.parametrize("profile", [False, True], ids=["plain", "profile"])
+@pytest.mark.parametrize("target", list(ALL_TARGETS))
+def test_the_rows_run_all_skips_with_workers_are_the_rows_whose_notebook_refuses_them(launched, target, profile):
+    """A refusal is a ``ValueError`` of the settings cell (on the device the row runs on: a GPU that nvidia-smi lists
+    for the rows that need one); a row it lets through goes on to its framework (:class:`~tests.notebook_cells.Touched`:
+    the cell's imports are left out) or to the cell's end."""
+    row = ALL_TARGETS[target]
+    launched(row.row_of_record, 2)
+    gpu = {"device": "cuda", "nvidia_smi_gpus": lambda: [CARD]} if row.gpu_only else {"device": "cpu"}
+    environ, stop = settings(row.notebook, whole=False, workers=2, profile=profile, compile_cache=compile_cache,
+                             **dict(gpu, **row.parameters))
+    reason = one_process_reason(row, profile)
+    assert isinstance(stop, ValueError) == (reason is not None), (target, repr(stop), reason)
+    assert stop is None or isinstance(stop, (ValueError, Touched)), repr(stop)
+    if reason is not None:
+        assert reason.startswith(target + (" with --profile" if "profile" in str(stop) else "") +
+                                 " trains in one process only (--workers 1): "), reason

@@ -348,6 +348,38 @@ def test_precision_a_cpu_does_not_run_is_skipped_with_its_reason(tmp_path):
         assert not os.path.exists(str(tmp_path / "run")) and proc.stdout == "", proc.stdout
 
 
+def test_a_row_whose_notebook_trains_in_one_process_is_skipped_with_workers_before_anything_starts(tmp_path):
+    """Keras on torch and on TensorFlow, the PyTorch and TensorFlow variants, and Keras on JAX with --profile train in
+    one process only (their notebooks refuse workers > 1; tests/test_notebook_refusals.py): with --workers W the row
+    is skipped with that reason, without its environment or a process started; a run whose every row would be is
+    stopped before anything starts (exit status 1, one line, nothing written)."""
+    from common.spec import get_preset
+    from runner.dp import launch
+    from runner.run import execute
+    from runner.run.targets import ALL_TARGETS
+    opts = execute.RunOptions(get_preset("smoke"), "fp32", 0, "cpu", str(tmp_path / "rows"), progress=False)
+    rec = launch.run_target(ALL_TARGETS["keras-torch"], opts, 2, announce=lambda *a: None)
+    assert rec["status"] == "skipped" and rec["distributed"]["world_size"] == 2, rec
+    assert rec["error"].startswith("keras-torch trains in one process only (--workers 1): not offered on the torch "
+                                   "backend: keras.distribution (Keras 3's data-parallel API) is JAX-only"), rec["error"]
+    for args, reasons in ((["--frameworks", "keras-torch,tensorflow+xla,pytorch+bidir2"],
+                           ["keras-torch fp32: keras-torch trains in one process only",
+                            "tensorflow+xla fp32: tensorflow+xla trains in one process only (--workers 1): variant "
+                            "xla: the TensorFlow notebook's variants have no data-parallel code",
+                            "pytorch+bidir2 fp32: pytorch+bidir2 trains in one process only (--workers 1): variant "
+                            "bidir2: the PyTorch notebook's data-parallel code wraps the eager model in DDP"]),
+                          (["--frameworks", "keras-jax", "--profile"],
+                           ["keras-jax fp32: keras-jax with --profile trains in one process only (--workers 1): the "
+                            "Keras notebook profiles one process's step"])):
+        proc = cli(*(args + ["--preset", "smoke", "--device", "cpu", "--workers", "2",
+                             "--results-dir", str(tmp_path / "run")]))
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 1 and len(lines) == 1, (proc.returncode, proc.stderr)
+        assert lines[0].startswith("run_all.py: error: no selected row can run on this machine, nothing was started")
+        assert all(r in lines[0] for r in reasons), lines[0]
+        assert not os.path.exists(str(tmp_path / "run")) and proc.stdout == "", proc.stdout
+
+
 # ---- the exit status: 0 a row ran and none failed, 1 a row failed or none ran, 2 bad input ---------------------
 @pytest.mark.parametrize("outcomes, status, line", [
     (["ok", "skipped"], 0, None),

@@ -64,7 +64,7 @@ from runner.base import ROOT, EnvError
 from runner.envs.bootstrap import env_python
 from runner.envs.definitions import ENVS
 from runner.run.targets import Target
-from runner.dp.launchers import LAUNCHERS, Launcher, launcher_for, launcher_table_markdown
+from runner.dp.launchers import LAUNCHERS, Launcher, launcher_for, launcher_table_markdown, one_process_reason
 from runner.run import staging
 from runner.run.targets import MXNET_DP_MODES
 from runner.dp.supervisor import GRACE_S, _which, launch
@@ -111,8 +111,9 @@ def record_stem(target: Target, opts, workers: int, mxnet_dp: str = "sync", n_ho
         + ("_h%d" % n_hosts if n_hosts > 1 else "")
 
 
-def no_dp_reason(target: Target, launcher: Optional[Launcher] = None) -> Optional[str]:
-    """Why ``target`` cannot run data-parallel (from its notebook and the launcher table), or None."""
+def no_dp_reason(target: Target, launcher: Optional[Launcher] = None, profile: bool = False) -> Optional[str]:
+    """Why ``target`` cannot run data-parallel (from its notebook and the launcher table; ``profile``: with
+    ``--profile``), or None."""
     if (launcher or launcher_for(target)) is None:
         return "no data-parallel launcher is defined for %s (runner/dp/launch.py)" % target.name
     if not os.path.exists(target.notebook_path):
@@ -120,7 +121,7 @@ def no_dp_reason(target: Target, launcher: Optional[Launcher] = None) -> Optiona
     if "workers" not in notebook_parameter_names(target.notebook_path):
         return ("the %s notebook has no data-parallel code yet (no 'workers' parameter)"
                 % target.label.split(" (")[0])
-    return None
+    return one_process_reason(target, profile)
 
 
 class _Run:
@@ -199,7 +200,7 @@ class _Run:
         self.decision, status, why = execute.can_run(target, opts)
         if why:
             return status, why
-        reason = no_dp_reason(target, launcher)
+        reason = no_dp_reason(target, launcher, opts.profile)
         if reason:
             return "skipped", reason
         if self.hosts and launcher.kind not in ("torchrun", "processes", "ps", "mpiexec"):

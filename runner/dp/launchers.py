@@ -4,10 +4,10 @@
 import json
 import os
 from collections import OrderedDict
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 from runner.envs.definitions import mxnet_kernel_env
-from runner.run.targets import MXNET_DP_MODES, Target
+from runner.run.targets import ALL_TARGETS, MXNET_DP_MODES, Target
 
 
 # ---- the launcher table -------------------------------------------------------------------------------
@@ -159,11 +159,49 @@ TARGET_LAUNCHERS = OrderedDict([
     ("tensorflow", "tf_config"),        # MultiWorkerMirroredStrategy, BatchNormalization(synchronized=True)
     ("jax", "jax"),                     # jax.distributed + NamedSharding: global statistics under jit
     ("keras-jax", "jax"),               # keras.distribution.DataParallel on the JAX backend
-    ("keras-tensorflow", "tf_config"),  # the notebook refuses workers > 1: keras.distribution is JAX-only
-    ("keras-torch", "torchrun"),        # the notebook refuses workers > 1: keras.distribution is JAX-only
+    ("keras-tensorflow", "tf_config"),  # one process only (ONE_PROCESS_ROWS): keras.distribution is JAX-only
+    ("keras-torch", "torchrun"),        # one process only (ONE_PROCESS_ROWS): keras.distribution is JAX-only
     ("cntk", "mpiexec"),
     ("mxnet", "single"),
 ])
+
+
+#: rows of record whose notebook trains in one process only, and why (each says so in its settings cell, section 2)
+ONE_PROCESS_ROWS = OrderedDict([
+    ("keras-torch", "not offered on the torch backend: keras.distribution (Keras 3's data-parallel API) is JAX-only; "
+                    "for data-parallel PyTorch use the PyTorch notebook (DDP under torchrun), or Keras on JAX"),
+    ("keras-tensorflow", "not offered on the TensorFlow backend: keras.distribution is JAX-only, and Keras's training "
+                         "step fails under MultiWorkerMirroredStrategy; use the TensorFlow notebook "
+                         "(MultiWorkerMirroredStrategy), or Keras on JAX"),
+])
+#: rows of record whose variants train in one process only, and why
+ONE_PROCESS_VARIANTS = {
+    "pytorch": "the PyTorch notebook's data-parallel code wraps the eager model in DDP; its variants run with one worker",
+    "tensorflow": "the TensorFlow notebook's variants have no data-parallel code (their step is not run under a "
+                  "tf.distribute strategy); the row of record is the data-parallel one",
+}
+#: notebooks whose --profile profiles one process only, so that they refuse it with --workers
+PROFILE_ONE_PROCESS = {"Keras3_DS2.ipynb": "the Keras notebook profiles one process's step"}
+
+
+def one_process_why(target: Target, profile: bool = False) -> Optional[Tuple[str, str]]:
+    """(the row as it is refused: its name, and " with --profile" where only ``profile`` makes it so; why) where
+    ``target`` does not train with ``--workers`` W > 1 (its notebook refuses ``workers > 1``), else None."""
+    why, given = ONE_PROCESS_ROWS.get(target.row_of_record), ""
+    if why is None and target.variant_of in ONE_PROCESS_VARIANTS:
+        why = "variant %s: %s" % (target.parameters.get("variant", target.name),
+                                  ONE_PROCESS_VARIANTS[target.variant_of])
+    if why is None and profile:
+        why, given = PROFILE_ONE_PROCESS.get(target.notebook), " with --profile"
+    return (target.name + given, why) if why else None
+
+
+def one_process_reason(target: Target, profile: bool = False) -> Optional[str]:
+    """Why ``target`` does not train with ``--workers`` W > 1 (``profile``: with ``--profile``), in one line, or
+    None: run_all.py then skips the row before anything starts (tests/test_notebook_refusals.py holds these rows equal
+    to the ones whose notebook refuses ``workers > 1`` itself)."""
+    found = one_process_why(target, profile)
+    return "%s trains in one process only (--workers 1): %s" % found if found else None
 
 
 def launcher_for(target: Target) -> Optional[Launcher]:
@@ -177,10 +215,14 @@ def launcher_table_markdown() -> str:
     rows = ["| Launcher | Targets | Kind |", "|---|---|---|"]
     notes = []
     for l in LAUNCHERS.values():
-        targets = ", ".join(t for t, n in TARGET_LAUNCHERS.items() if n == l.name) or \
+        targets = ", ".join(t for t, n in TARGET_LAUNCHERS.items() if n == l.name and t not in ONE_PROCESS_ROWS) or \
             ", ".join("%s (--mxnet-dp %s)" % (t, m) for t in ("mxnet",) for m, spec in MXNET_DP_MODES.items()
                       if spec["launcher"] == l.name) or "tests"
         rows.append("| %s | %s | %s |" % (l.name, targets, l.kind))
         notes.append("- **%s**: `%s`\n  - Tested: %s\n  - Several hosts (`--hosts`): %s" % (
             l.name, l.command, l.tested, l.multinode))
-    return "\n".join(rows) + "\n\n" + "\n".join(notes) + "\n"
+    alone = ["- **%s**: %s" % found for t in ALL_TARGETS.values()
+             for found in [one_process_why(t) or one_process_why(t, profile=True)] if found]
+    return ("\n".join(rows) + "\n\n" + "\n".join(notes) + "\n\nRows that train in one process only: with `--workers` "
+            "W > 1 run_all.py skips them (a `skipped` row with the reason) before anything starts:\n\n"
+            + "\n".join(alone) + "\n")
