@@ -6,6 +6,7 @@ Two tiers: ``python -m tests`` runs every test not marked ``full``; ``python -m 
 ones (the variant rows, bf16, data-parallel equivalence on every engine, every pair of the migration matrix).
 Without ``--full`` the ``full`` tests are deselected and the summary says how many.  Every test of the default
 tier is held to ``TEST_LIMIT_S`` (tests/test_tier.py, which runs last)."""
+import argparse
 import json
 import os
 import subprocess
@@ -86,6 +87,23 @@ _CONFIG = {}
 def pytest_configure(config):
     _CONFIG["config"] = config
     config.pluginmanager.register(DURATIONS, "ds2-durations")
+    problem = selection_error(os.environ.get("DS2_TEST_FRAMEWORKS"))
+    if problem:                         # a typo would select nothing, and every row's test would skip
+        raise pytest.UsageError(problem)
+
+
+def selection_error(value):
+    """Why ``DS2_TEST_FRAMEWORKS`` (unset: every row) cannot select the tests' rows, or None: ``all`` or a comma list
+    of rows, each once (run_all.py's --frameworks)."""
+    if value is None:
+        return None
+    from runner import validate
+    from runner.run.targets import ALL_TARGETS
+    try:
+        validate.comma_list(list(ALL_TARGETS), "framework", everything=list(ALL_TARGETS))(value)
+    except argparse.ArgumentTypeError as e:
+        return "DS2_TEST_FRAMEWORKS=%s: %s (unset: every row)" % (value, e)
+    return None
 
 
 def pytest_collection_modifyitems(config, items):

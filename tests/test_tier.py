@@ -192,3 +192,22 @@ def test_the_runs_made_ahead_wait_for_the_smoke_run_or_for_a_test_that_asks_for_
 def test_no_default_test_is_over_the_limit():
     over = conftest.DURATIONS.over_limit()
     assert not over, budget_message(over)
+
+
+@pytest.mark.parametrize("value, says", [
+    ("bogus", "DS2_TEST_FRAMEWORKS=bogus: unknown framework 'bogus'; choose from: pytorch,"),
+    ("pytorch,,jax", "DS2_TEST_FRAMEWORKS=pytorch,,jax: 'pytorch,,jax' has an empty item"),
+    ("jax,jax", "DS2_TEST_FRAMEWORKS=jax,jax: 'jax,jax' names jax twice"),
+    ("", "DS2_TEST_FRAMEWORKS=: no framework given"),
+], ids=["unknown", "empty-item", "twice", "empty"])
+def test_a_test_session_with_rows_it_cannot_select_stops_before_any_test(value, says):
+    """A typo in DS2_TEST_FRAMEWORKS would select no row, and every row's test would skip: the session stops at its
+    start with one line instead (pytest's usage error, exit status 4); ``all`` and real rows are taken."""
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only",
+                           os.path.join(conftest.ROOT, "tests", "test_spec.py")], cwd=conftest.ROOT,
+                          env=dict(os.environ, DS2_TEST_FRAMEWORKS=value), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, universal_newlines=True, timeout=120)
+    assert proc.returncode == 4, proc
+    assert proc.stderr.strip().startswith("ERROR: " + says) and proc.stderr.strip().endswith("(unset: every row)")
+    assert len(proc.stderr.strip().splitlines()) == 1 and "collected" not in proc.stdout, proc.stdout
+    assert conftest.selection_error("all") is conftest.selection_error("pytorch,jax+hoist") is None
