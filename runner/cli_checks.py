@@ -201,6 +201,10 @@ def run_all_errors(args, targets) -> List[str]:
         errors.append(output_error("--output", output, args.output))
         if args.output:
             errors.append(output_in_results_error("--output", output, os.path.abspath(args.results_dir)))
+    else:                       # --list writes nothing, but an empty path is a slip whatever the mode
+        errors.append(results_dir_error("--results-dir", args.results_dir) if not args.results_dir.strip() else None)
+        errors.append(output_error("--output", "", args.output) if args.output is not None and not args.output.strip()
+                      else None)
     errors.append(workers_error(args.workers, args.oversubscribe, hosts=bool(args.hosts)))
     if args.oversubscribe and (args.workers < 2 or args.hosts):
         errors.append("--oversubscribe lets --workers W exceed %d per core of this machine: it goes with --workers 2 "

@@ -193,6 +193,8 @@ CASES = [
          ["argument --skip", "given twice"]),
     case("option-abbreviated", RUN_ALL, ["--frame", "pytorch"] + RES, ["unrecognized arguments: --frame"]),
     case("two-modes", RUN_ALL, ["--list", "--check"], ["--list and --check", "give one"]),
+    case("list-results-dir-empty", RUN_ALL, ["--list", "--results-dir", ""], ["--results-dir ''", "empty"]),
+    case("list-output-blank", RUN_ALL, ["--list", "--output", " "], ["--output ' '", "empty"]),
     case("init-weights-a-text-file", RUN_ALL, ["--frameworks", "pytorch", "--device", "cpu", "--init-weights",
                                                "{tmp}/a-file"] + RES, ["--init-weights", "not a NumPy .npz archive"]),
     case("init-weights-in-a-mode-that-runs-nothing", RUN_ALL, ["--setup-only", "--init-weights", "{tmp}/none.npz"],
