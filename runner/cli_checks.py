@@ -186,6 +186,18 @@ def _launchers(targets, mxnet_dp: str) -> Dict[str, object]:
     return out
 
 
+def _path_errors(args) -> List[Optional[str]]:
+    """--results-dir and --output: where the run writes; with --list, which writes nothing, only that neither is
+    empty (an empty path is a slip whatever the mode)."""
+    if args.list:
+        return [results_dir_error("--results-dir", args.results_dir) if not args.results_dir.strip() else None,
+                output_error("--output", "", args.output) if args.output is not None and not args.output.strip()
+                else None]
+    output = args.output or output_default(os.path.abspath(args.results_dir))
+    return [results_dir_error("--results-dir", args.results_dir), output_error("--output", output, args.output),
+            output_in_results_error("--output", output, os.path.abspath(args.results_dir)) if args.output else None]
+
+
 def run_all_errors(args, targets) -> List[str]:
     """run_all.py's refusals, in the order they are told (the first is the one line printed): the documented
     variables, the paths, the bounds on --workers, the hostfile, options named twice, and the options that go
@@ -194,17 +206,7 @@ def run_all_errors(args, targets) -> List[str]:
     import shlex
     from common.spec import CONTROL_PRECISION
     from runner.run.targets import control_precision_error
-    errors = environment_errors()
-    if not args.list:
-        errors.append(results_dir_error("--results-dir", args.results_dir))
-        output = args.output or output_default(os.path.abspath(args.results_dir))
-        errors.append(output_error("--output", output, args.output))
-        if args.output:
-            errors.append(output_in_results_error("--output", output, os.path.abspath(args.results_dir)))
-    else:                       # --list writes nothing, but an empty path is a slip whatever the mode
-        errors.append(results_dir_error("--results-dir", args.results_dir) if not args.results_dir.strip() else None)
-        errors.append(output_error("--output", "", args.output) if args.output is not None and not args.output.strip()
-                      else None)
+    errors = environment_errors() + _path_errors(args)
     errors.append(workers_error(args.workers, args.oversubscribe, hosts=bool(args.hosts)))
     if args.oversubscribe and (args.workers < 2 or args.hosts):
         errors.append("--oversubscribe lets --workers W exceed %d per core of this machine: it goes with --workers 2 "
