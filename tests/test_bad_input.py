@@ -291,6 +291,7 @@ CASES = [
     case("import-session-tarball-empty", IMPORT, ["", "--results-dir", "{tmp}/res"], ["argument tarball", "is empty"]),
     case("import-session-tarball-missing", IMPORT, ["{tmp}/none.tar", "--results-dir", "{tmp}/res"],
          ["{tmp}/none.tar", "no such file"]),
+    case("import-session-a-folder", IMPORT, ["{tmp}", "--results-dir", "{tmp}/res"], ["{tmp}: not a regular file"]),
     case("import-session-not-a-tarball", IMPORT, ["{tmp}/a-file", "--results-dir", "{tmp}/res"],
          ["{tmp}/a-file", "not a readable tarball"]),
     case("import-session-member-leaves-its-folder", IMPORT, ["{tmp}/escape.tar", "--results-dir", "{tmp}/res"],

@@ -182,7 +182,8 @@ def main(argv=None) -> int:
     if problem:
         return validate.refuse(PROG, problem)
     if not os.path.isfile(args.tarball):
-        return validate.refuse(PROG, "%s: no such file" % args.tarball)
+        return validate.refuse(PROG, "%s: %s" % (args.tarball, "no such file" if not os.path.exists(args.tarball) else
+                                                 "not a regular file: name the session's session.tar"))
     try:
         written, left_out = import_session(args.tarball, args.results_dir)
     except Refused as e:
