@@ -440,9 +440,10 @@ def selected_targets():
 
 
 def bf16_cpu_targets():
-    """The selected rows of record that run bf16 on a CPU (runner/run/targets.py: cpu_precisions)."""
-    from runner.run.targets import TARGETS
-    return [n for n in selected_targets() if n in TARGETS and TARGETS[n].cpu_precision_reason("bf16") is None]
+    """The selected rows, variants included, that run bf16 on a CPU (runner/run/targets.py: cpu_precisions): a
+    variant's bf16 code differs from its row's (pytorch+bidir2's recurrence, keras-tensorflow+xla's XLA)."""
+    from runner.run.targets import ALL_TARGETS
+    return [n for n in selected_targets() if ALL_TARGETS[n].cpu_precision_reason("bf16") is None]
 
 
 def smoke_args(targets, *options):
