@@ -246,6 +246,7 @@ def conv_block(in_channels, cfg, kernel, stride, padding, norm=batch_norm):
 class DeepSpeech2(nn.HybridBlock):
     def __init__(self, cfg, norm=batch_norm, **kwargs):   # norm(channels, cfg, axis): every BatchNorm layer
         super().__init__(**kwargs)
+        self.norm = norm                 # kept: a checkpoint reloads into DeepSpeech2(cfg, net.norm) (section 11)
         with self.name_scope():
             self.conv1 = conv_block(1, cfg, cfg.conv1_kernel, cfg.conv1_stride, cfg.conv1_padding, norm)
             self.conv2 = conv_block(cfg.conv_channels, cfg, cfg.conv2_kernel, cfg.conv2_stride, cfg.conv2_padding,
