@@ -93,13 +93,11 @@ def main(argv=None):
     args = p.parse_args(argv)
     if args.keep:
         work = os.path.abspath(args.keep)
-        if os.path.exists(work) and not os.path.isdir(work):
-            p.error("--keep %s is not a directory" % work)
-        if os.path.isdir(work) and os.listdir(work):
-            p.error("--keep %s exists and is not empty" % work)
-        why = validate.unwritable_dir(work)
+        why = validate.unwritable_dir(work)                 # a file, or a folder that cannot be made or written
         if why:
             p.error("--keep %s %s" % (work, why))
+        if os.path.isdir(work) and os.listdir(work):
+            p.error("--keep %s exists and is not empty" % work)
         os.makedirs(work, exist_ok=True)
     else:
         work = tempfile.mkdtemp(prefix="ds2-first-run-")

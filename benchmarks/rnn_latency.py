@@ -277,5 +277,6 @@ def main(argv=None):
         sys.stdout.write(text)
     return 0
 
+
 if __name__ == "__main__":
     sys.exit(main())

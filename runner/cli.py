@@ -75,14 +75,15 @@ class Plan:
         self.preset_name_given = args.preset is not None
 
     def can_run(self, target, precision, run_preset):
-        """(status, reason) of one run, as far as it is known before anything starts: reason None where it can run;
-        with --workers W, a row whose notebook trains in one process only is skipped too (runner/dp/launchers.py)."""
-        status, why = execute.can_run(target, self.run_options(precision, run_preset))[1:]
+        """(the GPU preflight's decision or None, status, reason) of one run, as far as it is known before anything
+        starts (execute.can_run): reason None where it can run; with --workers W, a row whose notebook trains in one
+        process only is skipped too (runner/dp/launchers.py)."""
+        decision, status, why = execute.can_run(target, self.run_options(precision, run_preset))
         if why is None and self.args.workers > 1:
             from runner.dp import launch
             why = launch.no_dp_reason(target, profile=self.args.profile)
             status = "skipped" if why else None
-        return status, why
+        return decision, status, why
 
     def run_options(self, precision, run_preset, command="", facts=None) -> execute.RunOptions:
         args = self.args
@@ -193,7 +194,7 @@ def prepare_runs(plan: Plan) -> Optional[int]:
             return error("--init-weights: %s (preset %s)" % (e, preset.name))
     plan.runs = [(t, prec, p) for t in plan.targets for prec in args.precision for p in plan.presets]
     if not args.migrate and not args.setup_only:      # every row skipped for a reason known now: nothing starts
-        reason = cli_checks.nothing_runs(plan.runs, plan.can_run)
+        reason = cli_checks.nothing_runs(plan.runs, lambda *run: plan.can_run(*run)[1:])
         if reason:
             return error(reason, status=1)
     for line in plan.notes:
@@ -333,10 +334,9 @@ def _row_environments(plan: Plan):
     out = []
     for target, precision, run_preset in plan.runs:
         opts = plan.run_options(precision, run_preset)
-        decision = execute.can_run(target, opts)[0]
+        decision, _, reason = plan.can_run(target, precision, run_preset)
         env = ENVS[target.env]
-        if plan.can_run(target, precision, run_preset)[1] or env.name in opts.installed or \
-                (env.needs and env.name in opts.found and env.needs()):
+        if reason or env.name in opts.installed or (env.needs and env.name in opts.found and env.needs()):
             continue
         out.append((env, opts.device, opts.pythons.get(env.name), decision.build if decision else None,
                     opts.wheelhouse))

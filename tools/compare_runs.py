@@ -99,5 +99,6 @@ def main(argv=None):
         return 2
     return 0
 
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -221,8 +221,8 @@ def launcher_table_markdown() -> str:
         rows.append("| %s | %s | %s |" % (l.name, targets, l.kind))
         notes.append("- **%s**: `%s`\n  - Tested: %s\n  - Several hosts (`--hosts`): %s" % (
             l.name, l.command, l.tested, l.multinode))
-    alone = ["- **%s**: %s" % found for t in ALL_TARGETS.values()
-             for found in [one_process_why(t) or one_process_why(t, profile=True)] if found]
+    alone = ["- **%s**: %s" % found for found in (one_process_why(t, profile=True) for t in ALL_TARGETS.values())
+             if found]
     return ("\n".join(rows) + "\n\n" + "\n".join(notes) + "\n\nRows that train in one process only: with `--workers` "
             "W > 1 run_all.py skips them (a `skipped` row with the reason) before anything starts:\n\n"
             + "\n".join(alone) + "\n")
