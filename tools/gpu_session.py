@@ -83,15 +83,20 @@ PROG = "gpu_session.py"
 #: the rows worth a lent GPU, in order of value (TensorFlow, MXNet and CNTK cannot run on its image): after JAX's
 #: fp32 row, its three variants that aim at its speed on a GPU (both directions in one scan, the input products and
 #: dL/dU out of it: the chain of dependent steps halved, and on a CPU the whole model 3.2 x faster; the input
-#: products out of the scans alone: 2.2 x on a CPU; the scans' loops in CUDA graphs); last, the PyTorch variants that
-#: run a layer's two directions as one recurrence, at the precisions where cuDNN runs them one after the other (the
-#: H100's and H200's latency figures), first inside the CUDA graphs (the eager loop's launches would take longer
-#: than its tf32 and bf16 steps), then eager: short rows that fill what the others leave.  The first JAX row of
-#: record is run twice (:func:`with_repeat`)
+#: products out of the scans alone: 2.2 x on a CPU; the scans' loops in CUDA graphs); last, the PyTorch variants,
+#: short rows that fill what the others leave.  First the one that runs a layer's two directions as one recurrence
+#: inside the CUDA graphs, fp32 first: by the H100's and the H200's latency figures cuDNN's bidirectional step took
+#: 51 us at fp32, one direction 35, where one step of the chain replayed from a graph took 18 (so even at fp32, where
+#: cuDNN overlaps the directions, its steps are slow), and at tf32 and bf16 it runs the directions one after the
+#: other (41-46 us against 9-14); at fp32 the fastest PyTorch row so far reached 56 % of the latency-aware roofline
+#: (tf32 51 %, bf16 66 %: the H100's pytorch+graphs), and a row's first record gives its other precisions their
+#: estimates (in the next call, once imported).  Then the graphs alone at bf16 and tf32 (2.8 x and 1.2 x the row of
+#: record on the H100), then the batched recurrence eager, whose launches (an eager chain step took 37-66 us) would
+#: set its pace.  The first JAX row of record is run twice (:func:`with_repeat`)
 DEFAULT_ROWS = ("pytorch:fp32,pytorch:tf32,pytorch:bf16,jax:fp32,jax+bidir2:fp32,jax+hoist:fp32,jax+graphs:fp32,"
                 "jax:tf32,jax:bf16,keras-jax:fp32,keras-jax:tf32,keras-jax:bf16,keras-torch:fp32,"
-                "pytorch+bidir2+graphs:bf16,pytorch+bidir2+graphs:tf32,pytorch+bidir2:tf32,pytorch+bidir2:bf16,"
-                "pytorch+graphs:bf16,pytorch+graphs:tf32")
+                "pytorch+bidir2+graphs:fp32,pytorch+bidir2+graphs:bf16,pytorch+bidir2+graphs:tf32,"
+                "pytorch+graphs:bf16,pytorch+graphs:tf32,pytorch+bidir2:tf32,pytorch+bidir2:bf16")
 #: what a device session leaves out of every notebook (run_all.py --skip): nothing the GPU adds to
 SKIP = "export,onnx,forward"
 #: seconds between SIGTERM and SIGKILL for a row past the deadline (run_all.py stops its kernel in seconds)
