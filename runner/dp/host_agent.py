@@ -57,15 +57,20 @@ def marked(value, name=MARKER):
 
 
 def signal_all(procs, value, name, sig):
+    """``sig`` to the process group of each of ``procs`` and to every marked process outside those groups: once
+    to each (a runner that hears SIGTERM again during its clean-up stops at once and records nothing)."""
+    groups = set()
     for p in procs:
         if p.poll() is None:
             try:
                 os.killpg(p.pid, sig)           # its session = its process group
+                groups.add(p.pid)
             except OSError:
                 pass
     for pid in marked(value, name):
         try:
-            os.kill(pid, sig)
+            if os.getpgid(pid) not in groups:   # a kernel or launcher in a session of its own
+                os.kill(pid, sig)
         except OSError:
             pass
 
