@@ -44,3 +44,32 @@ def test_cpu_and_cuda_pins_agree_on_shared_packages():
         cuda = requirement_pins(env.requirements("cuda"))
         for name in set(cpu) & set(cuda):
             assert cpu[name] == cuda[name], (env.name, name, cpu[name], cuda[name])
+
+
+def wheelhouse_commands():
+    """The device wheelhouse's pip download commands that the pages give: (where, its requirement words)."""
+    out = []
+    for rel in ("docs/gpus.md", "tools/installed_offline.sh"):
+        with open(os.path.join(ROOT, rel)) as f:          # a shell comment's lines without their "#"
+            lines = [re.sub(r"^#\s?", "", line) if rel.endswith(".sh") else line for line in f.read().splitlines()]
+        for line in "\n".join(lines).replace("\\\n", " ").splitlines():
+            if "pip download" in line and "--dest" in line:
+                words = [w for w in line.split("#", 1)[0].split() if not w.startswith("-")]
+                words = words[words.index("download") + 1:]
+                out.append((rel, [w for w in words if re.match(r"^[A-Za-z][A-Za-z0-9_.\-]*(==\S+)?$", w)
+                                  and not w.startswith(("manylinux", "cp"))]))
+    return out
+
+
+def test_the_device_wheelhouse_command_pins_what_the_runner_and_the_keras_rows_pin():
+    """The wheels a GPU image lacks (docs/gpus.md, tools/installed_offline.sh) are the versions the tier tests:
+    each name the runner pins is pinned to envs/runner.txt's version, keras to the Keras rows' (envs/jax-cuda.txt)."""
+    pins = {name: versions[0][0] for name, versions in requirement_pins(os.path.join(ROOT, "envs", "runner.txt")).items()}
+    pins["keras"] = requirement_pins(os.path.join(ROOT, "envs", "jax-cuda.txt"))["keras"][0][0]
+    commands = wheelhouse_commands()
+    assert [rel for rel, _ in commands] == ["docs/gpus.md", "tools/installed_offline.sh"], commands
+    for rel, words in commands:
+        named = dict((w.split("==") + [None])[:2] for w in words)
+        assert {"papermill", "ipykernel", "keras"} <= set(named), (rel, words)
+        wrong = {n: v for n, v in named.items() if n.lower() in pins and v != pins[n.lower()]}
+        assert not wrong, "%s: not the pins of envs/runner.txt (keras: envs/jax-cuda.txt): %s" % (rel, wrong)

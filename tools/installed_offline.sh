@@ -8,8 +8,9 @@
 # WHEELHOUSE holds those as wheels for PYTHON's version and platform; make it on a machine with a registry:
 #
 #   pip download --dest WHEELHOUSE --only-binary=:all: --python-version 3.12 --platform manylinux_2_28_x86_64 \
-#       --platform manylinux2014_x86_64 papermill nbclient nbformat ipykernel pandas matplotlib tabulate tqdm \
-#       mistune Pygments onnxscript keras==3.15.1 namex optree       # the last three for the Keras rows
+#       --platform manylinux2014_x86_64 papermill==2.7.0 nbclient==0.11.0 nbformat==5.11.1 ipykernel==7.4.0 \
+#       pandas==3.1.1 matplotlib==3.11.2 tabulate==0.10.0 tqdm==4.70.1 mistune==3.4.0 Pygments==2.21.0 onnxscript \
+#       keras==3.15.1 namex optree       # the runner's pins (envs/runner.txt); the last three for the Keras rows
 #
 # (and delete what the image has, e.g. numpy and onnx, to keep it small).  This script makes
 # .venvs/installed on top of PYTHON (--system-site-packages: the image's frameworks stay as they are), installs
