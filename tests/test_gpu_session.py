@@ -193,7 +193,6 @@ def test_a_row_running_at_the_deadline_is_stopped_and_what_it_left_comes_back(se
     assert "latency: not started: estimate" in (out / "session.log").read_text()
     (exit_status,) = re.findall(r"pytorch fp32: killed in \d+ s \(exit (-?\d+)\)", (out / "session.log").read_text())
     with tarfile.open(str(out / "session.tar")) as t:
-        names = t.getnames()
         log = t.extractfile("logs/pytorch_fp32.run_all.log").read().decode()
         rec = json.load(t.extractfile("records/pytorch_cpu_fp32_bs8_cpu.json"))
     assert "again during the clean-up" not in log, log[-2000:]          # one SIGTERM reached run_all.py
